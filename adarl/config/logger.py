@@ -1,0 +1,66 @@
+"""Structured config of the metrics logger (`adarl.logging.MetricsLogger`).
+
+Fields:
+    project: W&B project name.
+    entity: W&B entity (user or team); None = the API key's default entity.
+    mode: where W&B writes: "online", "offline", "disabled", or "auto" (online when an API key
+        is available AND the W&B server answers within `network_check_timeout_s`, else offline;
+        an explicit `WANDB_MODE` in the environment wins in auto mode).
+    run_name: W&B run name; None = W&B picks one.
+    group: W&B run group (e.g. an experiment sweep); None = no group.
+    tags: W&B run tags.
+    log_every_steps: print the one-line console summary every this many steps.
+        `metrics.jsonl` and W&B always receive every step.
+    progress_bar: show a tqdm progress bar; None = only when the console is a terminal (a bar
+        in a Ray job log or CI log is one unreadable line per refresh).
+    progress_keys: metric names shown on the progress bar and in the console line
+        (e.g. "train/loss", "eval/accuracy"); empty = the console line shows every metric.
+    network_check_timeout_s: how long auto mode waits for the W&B server before going offline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+WANDB_MODES = ("online", "offline", "disabled", "auto")
+# Every metric name starts with one of these groups (DESIGN.md: "Say what happened").
+METRIC_GROUPS = ("signal", "sampling", "train", "eval", "timing", "perf")
+
+
+@dataclass
+class LoggerConfig:
+    project: str = "adarl"
+    entity: str | None = None
+    mode: str = "auto"
+    run_name: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    log_every_steps: int = 1
+    progress_bar: bool | None = None
+    progress_keys: list[str] = field(default_factory=list)
+    network_check_timeout_s: float = 2.0
+
+    def validate(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ValueError(
+                f"logger.mode={self.mode!r} is not one of {WANDB_MODES}; set logger.mode=auto to "
+                "log online when a W&B key and network are available and offline otherwise"
+            )
+        if not self.project:
+            raise ValueError("logger.project is empty; set logger.project=NAME (e.g. adarl)")
+        if self.log_every_steps < 1:
+            raise ValueError(
+                f"logger.log_every_steps={self.log_every_steps} must be >= 1 "
+                "(1 prints a console line every step)"
+            )
+        if self.network_check_timeout_s <= 0:
+            raise ValueError(
+                f"logger.network_check_timeout_s={self.network_check_timeout_s} must be > 0 "
+                "(e.g. 2.0)"
+            )
+        for key in self.progress_keys:
+            if key.split("/", 1)[0] not in METRIC_GROUPS or "/" not in key:
+                raise ValueError(
+                    f"logger.progress_keys entry {key!r} is not a grouped metric name; use "
+                    f"GROUP/NAME with GROUP in {METRIC_GROUPS} (e.g. train/loss)"
+                )
