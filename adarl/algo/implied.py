@@ -1,0 +1,267 @@
+"""What does a configuration optimise? The implied weight w(p) with E[ĝ] = w(p)·∇p.
+
+For binary rewards every adarl estimator gives each kept sample an advantage that depends only
+on its label and on counts (pool size N, pool positives N⁺, kept split n⁺/n⁻), never on the
+sampled response itself. Kept positives are then conditionally i.i.d. draws of π(·|r=1), so with
+g± = E[∇log π | r = 1/0], p g⁺ + (1-p) g⁻ = 0 and ∇p = p(1-p)(g⁺ - g⁻) (MATH.md §Notation):
+
+    E[ĝ] = E[ n⁺(1-p)A⁺ - n⁻ p A⁻ ] / (n p (1-p)) · ∇p,      ĝ = (1/n) Σ_kept A_j ∇log π_j.
+
+`implied_weight` evaluates that expectation exactly, over Bin(n, p) for uniform groups and over
+the exact stopping law (`adarl.algo.gate.terminal_counts`) for sequential sampling, by calling
+the very advantage/selection functions that training uses. Closed forms (tested against it):
+
+    rloo, reinforce_baseline, raft("group")   w = 1                     (linear)
+    dr_grpo                                   w = (n-1)/n
+    raft("positives")                         w = (1-(1-p)^n)/p         (log behind a gate)
+    grpo                                      w = E[K(n-K)/(n²(σ_K+ε))]/(p(1-p)) → 1/√(p(1-p))
+    balanced n/2 + n/2, `none`, p known       w = 1/(2p(1-p)) - 1,  f = ½·logit p - p
+    `selection` for f, p known                w = f'(p)·Pr[kept group has both labels]
+    `selection` for log, Rao–Blackwell p̂       the same: h = 1 - p is linear, E[1 - p̂] = 1 - p
+
+With the pool estimate p̃ = N⁺/N there is no closed form; the numeric value is exact.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+
+from adarl.algo.advantages import (
+    GRPO_EPS,
+    ada_est_advantages,
+    dr_grpo_advantages,
+    grpo_advantages,
+    raft_advantages,
+    reinforce_baseline_advantages,
+    rloo_advantages,
+)
+from adarl.algo.gate import rao_blackwell_pass_rate, terminal_counts
+from adarl.algo.selection import Correction, UnresolvedPolicy, downsample_and_correct
+
+PASS_RATE_ESTIMATES = ("pool", "known", "rao_blackwell")
+UNIFORM = ("grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est")
+SEQUENTIAL = ("seq_pos", "seq_balance", "fixed_pool")
+ESTIMATORS: tuple[str, ...] = UNIFORM + SEQUENTIAL
+
+_NEGLIGIBLE = 1e-300  # cells of the stopping law below this mass are skipped
+
+
+def balanced_none_weight(p: np.ndarray | float) -> np.ndarray:
+    """Closed form for n/2 positives + n/2 negatives with A = r - p: w = 1/(2p(1-p)) - 1.
+
+    Derivation: E[ĝ] = ½[(1-p)g⁺ - p g⁻] = ½[(1-p) + p²/(1-p)] g⁺ = ∇p·[(1-p)² + p²]/(2p(1-p)).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    return 1.0 / (2.0 * p * (1.0 - p)) - 1.0
+
+
+def balanced_none_objective(p: np.ndarray | float) -> np.ndarray:
+    """f(p) = ½·log(p/(1-p)) - p, whose derivative is `balanced_none_weight`."""
+    p = np.asarray(p, dtype=np.float64)
+    return 0.5 * np.log(p / (1.0 - p)) - p
+
+
+def _weight_from_cells(
+    p: float, n: int, cells: list[tuple[float, int, int, float, float]]
+) -> float:
+    """Σ prob·[n⁺(1-p)A⁺ - n⁻ p A⁻] / (n p (1-p)) over (prob, n⁺, n⁻, A⁺, A⁻) cells."""
+    total = 0.0
+    for prob, n_pos, n_neg, a_pos, a_neg in cells:
+        total += prob * (n_pos * (1.0 - p) * a_pos - n_neg * p * a_neg)
+    return total / (n * p * (1.0 - p))
+
+
+def _split(labels: np.ndarray, advantages: np.ndarray) -> tuple[int, int, float, float]:
+    """(n⁺, n⁻, A⁺, A⁻) of a kept group; all same-label samples share one advantage."""
+    n_pos = int(labels.sum())
+    n_neg = labels.size - n_pos
+    a_pos = float(advantages[labels][0]) if n_pos else 0.0
+    a_neg = float(advantages[~labels][0]) if n_neg else 0.0
+    spread_pos = float(np.abs(advantages[labels] - a_pos).max(initial=0.0))
+    spread_neg = float(np.abs(advantages[~labels] - a_neg).max(initial=0.0))
+    if max(spread_pos, spread_neg) > 1e-12 * (1.0 + abs(a_pos) + abs(a_neg)):
+        raise RuntimeError("samples of one label got different advantages: counts model violated")
+    return n_pos, n_neg, a_pos, a_neg
+
+
+def _uniform_cells(
+    p: float,
+    *,
+    estimator: str,
+    group_size: int,
+    pass_rate_estimate: str,
+    grpo_eps: float,
+    ada_est_eps: float,
+    raft_normalization: str,
+    baseline: float | None,
+) -> list[tuple[float, int, int, float, float]]:
+    n = group_size
+    cells = []
+    for k in range(n + 1):
+        prob = comb(n, k) * p**k * (1.0 - p) ** (n - k)
+        rewards = np.concatenate([np.ones(k), np.zeros(n - k)])
+        if estimator == "grpo":
+            adv = grpo_advantages(rewards, eps=grpo_eps)
+        elif estimator == "dr_grpo":
+            adv = dr_grpo_advantages(rewards)
+        elif estimator == "rloo":
+            adv = rloo_advantages(rewards)
+        elif estimator == "raft":
+            adv = raft_advantages(rewards, normalization=raft_normalization)
+        elif estimator == "reinforce_baseline":
+            adv = reinforce_baseline_advantages(
+                rewards, baseline=p if baseline is None else baseline
+            )
+        else:  # ada_est
+            adv = ada_est_advantages(
+                rewards, eps=ada_est_eps, pass_rate=p if pass_rate_estimate == "known" else None
+            )
+        cells.append((prob, *_split(rewards > 0.5, adv)))
+    return cells
+
+
+def _sequential_cells(
+    p: float,
+    *,
+    estimator: str,
+    group_size: int,
+    correction: Correction | str,
+    objective: str,
+    alpha: float,
+    pass_rate_estimate: str,
+    k: int | None,
+    k_pos: int | None,
+    k_neg: int | None,
+    max_samples: int | None,
+    round_size: int,
+    unresolved_policy: UnresolvedPolicy | str,
+    clip_delta: float,
+) -> list[tuple[float, int, int, float, float]]:
+    if max_samples is None:
+        raise ValueError(f"estimator={estimator!r} needs max_samples (the per-prompt cap)")
+    if estimator == "seq_pos":
+        if k is None:
+            raise ValueError("estimator='seq_pos' needs k (positives to stop at)")
+        rule = {"k_pos": k, "k_neg": 0, "max_samples": max_samples, "round_size": round_size}
+    elif estimator == "seq_balance":
+        kp = group_size // 2 if k_pos is None else k_pos
+        kn = group_size - group_size // 2 if k_neg is None else k_neg
+        rule = {"k_pos": kp, "k_neg": kn, "max_samples": max_samples, "round_size": round_size}
+    if estimator in ("seq_pos", "seq_balance"):
+        law = terminal_counts(p, **rule)
+        probability, resolved = law.probability, law.resolved
+    else:  # fixed_pool: N = max_samples uniform samples, always "resolved"
+        size = max_samples
+        probability = np.zeros((size + 1, size + 1))
+        probability[size] = [
+            comb(size, j) * p**j * (1.0 - p) ** (size - j) for j in range(size + 1)
+        ]
+        resolved = np.ones_like(probability, dtype=bool)
+    cells = []
+    for n_total, n_positive in zip(*np.nonzero(probability > _NEGLIGIBLE), strict=True):
+        pool = np.concatenate([np.ones(n_positive), np.zeros(n_total - n_positive)])
+        if pass_rate_estimate == "known":
+            pass_rate: float | None = p
+        elif pass_rate_estimate == "rao_blackwell" and estimator != "fixed_pool":
+            pass_rate = rao_blackwell_pass_rate(
+                positives=int(n_positive), total=int(n_total), **rule
+            )
+        else:  # the pool mean; for a fixed-size pool it is already unbiased
+            pass_rate = None
+        kept, adv = downsample_and_correct(
+            pool,
+            resolved=bool(resolved[n_total, n_positive]),
+            group_size=group_size,
+            unresolved_policy=unresolved_policy,
+            correction=correction,
+            objective=objective,
+            alpha=alpha,
+            pass_rate=pass_rate,
+            clip_delta=clip_delta,
+            order="earliest",  # any within-label order gives the same counts
+        )
+        cells.append((float(probability[n_total, n_positive]), *_split(pool[kept] > 0.5, adv)))
+    return cells
+
+
+def implied_weight(
+    p: np.ndarray | float,  # [...] true pass rates in (0, 1)
+    *,
+    estimator: str,
+    group_size: int,
+    correction: Correction | str = Correction.NONE,
+    objective: str = "log",
+    alpha: float = 0.5,
+    pass_rate_estimate: str = "pool",
+    k: int | None = None,
+    k_pos: int | None = None,
+    k_neg: int | None = None,
+    max_samples: int | None = None,
+    round_size: int = 1,
+    unresolved_policy: UnresolvedPolicy | str = UnresolvedPolicy.KEEP_AVAILABLE,
+    clip_delta: float = 1e-3,
+    grpo_eps: float = GRPO_EPS,
+    ada_est_eps: float = 1e-6,
+    raft_normalization: str = "group",
+    baseline: float | None = None,
+) -> np.ndarray:  # [...] float64
+    """Exact w(p) such that E[(1/n) Σ_kept A_j ∇log π_j] = w(p)·∇p for one prompt.
+
+    estimator: a uniform group of n = `group_size` ("grpo", "dr_grpo", "rloo", "raft",
+      "reinforce_baseline" with `baseline` (None: the true p), "ada_est"), or a pool that is
+      balanced-downsampled to n and corrected with `correction` ("seq_pos" with `k`,
+      "seq_balance" with `k_pos`/`k_neg` (default ⌊n/2⌋ and n-⌊n/2⌋), both capped at
+      `max_samples` and sampled in rounds of `round_size`; "fixed_pool": `max_samples` uniform
+      samples). Unresolved pools follow `unresolved_policy`.
+    pass_rate_estimate: the p̃ that corrections use: "pool" (N⁺/N, the released code), "known"
+      (the true p; also Ada-Est's baseline), or "rao_blackwell" (`rao_blackwell_pass_rate`,
+      unbiased under the stopping rule).
+    objective/alpha: the declared f of the `selection` correction.
+    """
+    if pass_rate_estimate not in PASS_RATE_ESTIMATES:
+        raise ValueError(
+            f"unknown pass_rate_estimate {pass_rate_estimate!r}; valid: "
+            f"{', '.join(PASS_RATE_ESTIMATES)}"
+        )
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1 (got {group_size})")
+    p_arr = np.asarray(p, dtype=np.float64)
+    if np.any(p_arr <= 0) or np.any(p_arr >= 1):
+        raise ValueError("implied_weight needs 0 < p < 1 (∇p carries no signal at the ends)")
+    out = np.empty(p_arr.shape)
+    for index, p_value in np.ndenumerate(p_arr):
+        pv = float(p_value)
+        if estimator in UNIFORM:
+            cells = _uniform_cells(
+                pv,
+                estimator=estimator,
+                group_size=group_size,
+                pass_rate_estimate=pass_rate_estimate,
+                grpo_eps=grpo_eps,
+                ada_est_eps=ada_est_eps,
+                raft_normalization=raft_normalization,
+                baseline=baseline,
+            )
+        else:
+            cells = _sequential_cells(
+                pv,
+                estimator=estimator,
+                group_size=group_size,
+                correction=correction,
+                objective=objective,
+                alpha=alpha,
+                pass_rate_estimate=pass_rate_estimate,
+                k=k,
+                k_pos=k_pos,
+                k_neg=k_neg,
+                max_samples=max_samples,
+                round_size=round_size,
+                unresolved_policy=unresolved_policy,
+                clip_delta=clip_delta,
+            )
+        out[index] = _weight_from_cells(pv, group_size, cells)
+    return out
