@@ -1,0 +1,160 @@
+"""Structured config of the prompt source (`task`): where prompts come from and how rows map to
+`TaskExample`s.
+
+`TaskConfig`
+    source: "arithmetic" (the built-in task, `arithmetic` below), or a local file source:
+        "jsonl", "parquet", "datasets" (a directory written by `Dataset.save_to_disk`, read with
+        `datasets.load_from_disk`; never the hub) or "auto" (inferred from `path`: `.jsonl`,
+        `.parquet`, or a `save_to_disk` directory).
+    verifier: name of the verifier that scores this task's responses ("arithmetic", "math",
+        "code", ...; see adarl/reward); stamped on every example as `TaskExample.task`. Required
+        for file sources; the arithmetic source always uses "arithmetic".
+    path: the training prompts (file sources).
+    test_path: held-out prompts for evaluation (file sources; optional).
+    split: the split to read when a `datasets` directory holds a `DatasetDict`.
+    fields: which columns hold the example's parts (`FieldsConfig`).
+    on_bad_row: "error" stops at the first bad row with a message naming the file, the row and
+        the problem; "skip" drops bad rows and counts them per problem
+        (`data/rows_skipped/<problem>` in the source's metrics).
+    max_prompt_chars: a longer prompt (in characters) is a bad row.
+    shuffle: visit the prompts in a seeded random order, reshuffled every epoch (else file order).
+    seed: seed of that order.
+    arithmetic: the built-in task (`ArithmeticConfig`).
+
+`FieldsConfig` (column names; a dotted path reads nested records: "reward_model.ground_truth",
+"prompt.0.content")
+    prompt: the prompt text (required in every row; must be a non-empty string).
+    answer: what the verifier compares against (required; strings are kept, numbers are written
+        with `str`, lists/dicts as JSON — the code verifier's tests).
+    reference_solution: a worked solution for the hint generator (optional column).
+    difficulty: a number (optional column).
+    id: a unique prompt id (optional column; default `<file name>:<row>`).
+
+`ArithmeticConfig` (adarl/tasks/arithmetic.py; the mix is documented in docs/tasks_and_rewards.md)
+    num_train_prompts: distinct training prompts served by the prompt source.
+    num_test_prompts: size of the fixed held-out split.
+    seed: which training prompts are drawn (the held-out split does not depend on it).
+    test_seed: which held-out prompts are drawn.
+    split_seed, test_fraction: the train/test partition: a prompt is held out iff a hash of
+        (split_seed, prompt) is below test_fraction. Changing them changes both splits.
+    levels: the difficulty mix (`ArithmeticLevelConfig` list); None = the documented default.
+
+`ArithmeticLevelConfig`
+    name: label of the level.
+    operand_ranges: inclusive [low, high] range of each operand, e.g. [[10, 99], [0, 9]] for
+        two-digit plus one-digit ("47+8="); [[100, 999], [1, 1]] for "x+1", "x*1" forms.
+    operators: the operators drawn from, a subset of "+-*".
+    weight: the level's share of the mix (normalised over the levels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SOURCES = ("arithmetic", "jsonl", "parquet", "datasets", "auto")
+FILE_SOURCES = ("jsonl", "parquet", "datasets", "auto")
+ON_BAD_ROW = ("error", "skip")
+
+
+@dataclass
+class FieldsConfig:
+    prompt: str = "prompt"
+    answer: str = "answer"
+    reference_solution: str | None = None
+    difficulty: str | None = None
+    id: str | None = None
+
+
+@dataclass
+class ArithmeticLevelConfig:
+    name: str = "level"
+    operand_ranges: list[list[int]] = field(default_factory=lambda: [[0, 9], [0, 9]])
+    operators: str = "+-"
+    weight: float = 1.0
+
+
+@dataclass
+class ArithmeticConfig:
+    num_train_prompts: int = 1024
+    num_test_prompts: int = 256
+    seed: int = 0
+    test_seed: int = 1234
+    split_seed: int = 0
+    test_fraction: float = 0.2
+    levels: list[ArithmeticLevelConfig] | None = None
+
+    def validate(self) -> None:
+        for key in ("num_train_prompts", "num_test_prompts"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"task.arithmetic.{key}={getattr(self, key)} must be >= 1")
+        if not 0 < self.test_fraction < 1:
+            raise ValueError(
+                f"task.arithmetic.test_fraction={self.test_fraction} must be in (0, 1)"
+            )
+        if self.levels is not None and not self.levels:
+            raise ValueError(
+                "task.arithmetic.levels is empty; give at least one level or null for the default"
+            )
+        for i, level in enumerate(self.levels or ()):
+            ranges = level.operand_ranges
+            if len(ranges) < 2 or not all(
+                len(r) == 2 and 0 <= r[0] <= r[1] <= 9999 for r in ranges
+            ):
+                raise ValueError(
+                    f"task.arithmetic.levels[{i}].operand_ranges={ranges} needs at least 2 "
+                    "operands, each [low, high] with 0 <= low <= high <= 9999"
+                )
+            if not level.operators or set(level.operators) - set("+-*"):
+                raise ValueError(
+                    f"task.arithmetic.levels[{i}].operators={level.operators!r} must be a "
+                    "non-empty subset of '+-*'"
+                )
+            if not level.weight > 0:
+                raise ValueError(f"task.arithmetic.levels[{i}].weight={level.weight} must be > 0")
+
+
+@dataclass
+class TaskConfig:
+    source: str = "arithmetic"
+    verifier: str | None = None
+    path: str | None = None
+    test_path: str | None = None
+    split: str | None = None
+    fields: FieldsConfig = field(default_factory=FieldsConfig)
+    on_bad_row: str = "error"
+    max_prompt_chars: int = 8192
+    shuffle: bool = True
+    seed: int = 0
+    arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+
+    def validate(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"task.source={self.source!r} must be one of {SOURCES}")
+        if self.on_bad_row not in ON_BAD_ROW:
+            raise ValueError(f"task.on_bad_row={self.on_bad_row!r} must be one of {ON_BAD_ROW}")
+        if self.max_prompt_chars < 1:
+            raise ValueError(f"task.max_prompt_chars={self.max_prompt_chars} must be >= 1")
+        if self.source == "arithmetic":
+            if self.verifier not in (None, "arithmetic"):
+                raise ValueError(
+                    f"task.verifier={self.verifier!r}: the arithmetic task is scored by the "
+                    "'arithmetic' verifier; leave task.verifier unset"
+                )
+            self.arithmetic.validate()
+            return
+        if not self.path:
+            raise ValueError(
+                f"task.source={self.source!r} reads prompts from a file: set task.path"
+            )
+        if not self.verifier:
+            raise ValueError(
+                f"task.source={self.source!r}: set task.verifier to the verifier that scores "
+                "these prompts (e.g. 'math' or 'code')"
+            )
+        if not self.fields.prompt or not self.fields.answer:
+            raise ValueError("task.fields.prompt and task.fields.answer must name columns")
+
+    @property
+    def verifier_name(self) -> str:
+        """The verifier of this task (the arithmetic source implies 'arithmetic')."""
+        return "arithmetic" if self.source == "arithmetic" else str(self.verifier)

@@ -1,0 +1,101 @@
+"""Exact-match (arithmetic) and math-verify verifiers: right, equivalent and wrong answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from adarl.reward.base import VerifierResult
+from adarl.reward.exact import ExactMatchVerifier
+from adarl.reward.math_verifier import MathVerifier
+from adarl.types import TaskExample
+
+
+def example(answer: str, task: str = "arithmetic") -> TaskExample:
+    return TaskExample(prompt_id="p", prompt="12+7-3=", answer=answer, task=task)
+
+
+@pytest.mark.parametrize(
+    ("response", "reward"),
+    [
+        ("16", 1.0),
+        (" 16 ", 1.0),  # whitespace around the answer is ignored
+        ("16<eos>", 1.0),  # end-of-sequence decoded as text ends the answer
+        ("16\n12+7=19", 1.0),  # so does a newline
+        ("16</s>garbage", 1.0),
+        ("", 0.0),
+        ("15", 0.0),
+        ("016", 0.0),  # exact: no numeric normalisation
+        ("161", 0.0),  # a response that runs on past the answer is wrong
+        ("16=16", 0.0),
+        ("1 6", 0.0),
+    ],
+)
+def test_exact_match(response: str, reward: float) -> None:
+    assert ExactMatchVerifier().verify(response, example("16")) == VerifierResult(reward=reward)
+
+
+def test_exact_match_custom_markers() -> None:
+    verifier = ExactMatchVerifier(end_markers=("$",))
+    assert verifier.verify("-5$7", example("-5")).reward == 1.0
+    assert verifier.verify("-5<eos>", example("-5")).reward == 0.0  # not a marker any more
+    with pytest.raises(ValueError, match="non-empty"):
+        ExactMatchVerifier(end_markers=("",))
+
+
+def test_verifier_result_invariants() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        VerifierResult(reward=1.5)
+    with pytest.raises(ValueError, match="reward 0"):
+        VerifierResult(reward=1.0, error="crashed")
+    assert VerifierResult.failure("x", timed_out=True) == VerifierResult(0.0, "x", True)
+
+
+@pytest.fixture(scope="module")
+def math_verifier() -> MathVerifier:
+    return MathVerifier()
+
+
+@pytest.mark.parametrize(
+    ("gold", "response"),
+    [
+        ("\\frac{1}{2}", "So the answer is \\boxed{\\frac{1}{2}}."),
+        ("\\frac{1}{2}", "\\boxed{0.5}"),
+        ("\\frac{1}{2}", "\\boxed{1/2}"),
+        ("\\frac{1}{2}", "\\boxed{\\dfrac12}"),
+        ("0.5", "\\boxed{\\frac{1}{2}}"),
+        ("42", "The total is \\boxed{42}"),
+        ("$42$", "\\boxed{42.0}"),
+        ("\\boxed{3\\sqrt{2}}", "\\boxed{\\sqrt{18}}"),
+        ("\\frac{\\sqrt{2}}{2}", "\\boxed{\\frac{1}{\\sqrt{2}}}"),
+        ("(x+1)^2", "\\boxed{x^2+2x+1}"),
+        ("\\pi", "\\boxed{\\pi}"),
+    ],
+)
+def test_math_equivalent_forms_are_right(
+    math_verifier: MathVerifier, gold: str, response: str
+) -> None:
+    assert math_verifier.verify(response, example(gold, "math")) == VerifierResult(reward=1.0)
+
+
+@pytest.mark.parametrize(
+    ("gold", "response"),
+    [
+        ("\\frac{1}{2}", "\\boxed{\\frac{1}{3}}"),
+        ("42", "\\boxed{43}"),
+        ("42", "The answer is 42."),  # not boxed: no fallback extraction
+        ("42", "no answer at all"),
+        ("(x+1)^2", "\\boxed{x^2+1}"),
+        ("\\pi", "\\boxed{3.14}"),
+    ],
+)
+def test_math_wrong_or_unboxed_answers_score_zero_without_error(
+    math_verifier: MathVerifier, gold: str, response: str
+) -> None:
+    assert math_verifier.verify(response, example(gold, "math")) == VerifierResult(reward=0.0)
+
+
+def test_math_refuses_huge_responses_and_unparseable_gold(math_verifier: MathVerifier) -> None:
+    result = MathVerifier(max_answer_chars=100).verify("x" * 101, example("1", "math"))
+    assert result.reward == 0.0 and "max_answer_chars" in (result.error or "")
+    with pytest.raises(ValueError, match="cannot parse the example's answer"):
+        math_verifier.verify("\\boxed{1}", example("$$", "math"))
