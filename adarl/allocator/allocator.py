@@ -1,0 +1,395 @@
+"""`BudgetAllocator`: per-prompt statistics, the step's stream of `PromptRequest`s, kept groups.
+
+A plain class (`adarl.cluster` wraps it as a Ray actor; every public method is a plain method so
+that it can be called remotely). One step, as the driver runs it (`codec`: `PromptCodec`):
+
+    submit(allocator.start_step(step, examples))              # first draws of every prompt
+    while not allocator.step_complete():
+        if (k := allocator.needs_prompts()):                   # dynamic filter refills
+            submit(allocator.add_prompts(source.take(k)))       # [] = no prompts left
+            continue
+        result = rollout_pool.next_completed()
+        request, sent = in_flight.pop(result.request_id)
+        scored = reward_pool.score(codec.rollouts(request, sent, result), [request.example] * n)
+        submit(allocator.observe(result.request_id, scored))
+    step_result = allocator.finish_step(engine_utilisation=pool_util)  # groups, counts, metrics
+    batch = TrainBatch.from_groups(step_result.groups, pad_token_id=codec.pad_token_id)
+
+(`submit` turns `PromptRequest`s into `GenerationRequest`s with the codec and hands them to
+`rollout_pool.submit`; `adarl.bench.sampler.run_real_step` is a complete, runnable version.)
+
+Requests are seeded and named from (seed, step, prompt id, draw index), so the same inputs give
+the same requests whatever the order results come back in, and a restored allocator continues
+exactly. Surplus kept groups (dynamic filter) are carried to later steps, oldest first, each
+with the step that produced it and its weight version, until `max_carry_age_steps` expires it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from adarl.allocator.group_builder import GroupBuilder
+from adarl.allocator.metrics import step_metrics
+from adarl.allocator.samplers.base import (
+    PromptStatus,
+    Sampler,
+    check_new_prompt_ids,
+    derive_seed,
+    is_positive,
+)
+from adarl.allocator.stats import PromptStats, PromptStatsStore
+from adarl.types import Group, PromptRequest, ScoredRollout, TaskExample
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CarriedGroup:
+    """A kept group waiting for a later step: produced at `step` by policy `weight_version`."""
+
+    group: Group
+    step: int
+    weight_version: int
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step's sampling produced: the groups to train on and what happened to the rest."""
+
+    step: int
+    groups: tuple[Group, ...]  # to train on: carried-in groups first (oldest first), then new
+    resolved_prompts: int
+    unresolved_prompts: int  # stopped at a cap or by the budget without the exit condition
+    dropped_prompts: int  # prompts of this step that produced no group (trained or carried)
+    carried_in: int  # groups from earlier steps trained now
+    carried_out: int  # surplus groups of this step kept for later steps
+    budget_exhausted: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _OpenRequest:
+    prompt_id: str
+    num_samples: int
+
+
+class BudgetAllocator:
+    def __init__(
+        self,
+        *,
+        sampler: Sampler,
+        group_builder: GroupBuilder,
+        stats: PromptStatsStore | None = None,
+        seed: int = 0,
+        max_carry_age_steps: int = 1,
+        positive_threshold: float = 0.5,
+    ) -> None:
+        if max_carry_age_steps < 0:
+            raise ValueError(f"max_carry_age_steps must be >= 0, got {max_carry_age_steps}")
+        self.sampler = sampler
+        self.group_builder = group_builder
+        self.stats = stats if stats is not None else PromptStatsStore()
+        self.seed = seed
+        self.max_carry_age_steps = max_carry_age_steps
+        self.positive_threshold = positive_threshold
+        self._carry: list[CarriedGroup] = []
+        self._last_metrics: dict[str, float] = {}
+        self._reset_step()
+
+    def _reset_step(self) -> None:
+        self._step: int | None = None
+        self._examples: dict[str, TaskExample] = {}
+        self._pools: dict[str, list[ScoredRollout]] = {}
+        self._open: dict[str, _OpenRequest] = {}
+        self._finish_order: list[str] = []
+        self._carried_in: list[CarriedGroup] = []
+        self._carried_expired = 0
+        self._requests = 0
+        self._duplicates_skipped = 0
+
+    # -- the step ----------------------------------------------------------------------------
+
+    def start_step(self, step: int, examples: Sequence[TaskExample]) -> list[PromptRequest]:
+        """Begin `step` with a batch of prompts; returns the first requests to dispatch."""
+        if self._step is not None:
+            raise RuntimeError(
+                f"start_step({step}): step {self._step} is still open; call finish_step() first"
+            )
+        check_new_prompt_ids([e.prompt_id for e in examples], {}, what="start_step")
+        self._reset_step()
+        self._step = step
+        self._take_carried(step)
+        self._enter(examples)
+        self.sampler.start_step(
+            step,
+            [e.prompt_id for e in examples],
+            self.stats.history(e.prompt_id for e in examples),
+            carried_groups=len(self._carried_in),
+        )
+        return self._dispatch()
+
+    def needs_prompts(self) -> int:
+        """How many more prompts the step wants now (dynamic filter); 0 otherwise."""
+        return self.sampler.needs_prompts() if self._step is not None else 0
+
+    def add_prompts(self, examples: Sequence[TaskExample]) -> list[PromptRequest]:
+        """Prompts answering `needs_prompts()`. An empty list, or one holding only prompts this
+        step already has (skipped and counted), tells the sampler the source has no more."""
+        self._require_open("add_prompts")
+        fresh = [e for e in examples if e.prompt_id not in self._examples]
+        fresh = list({e.prompt_id: e for e in fresh}.values())
+        self._duplicates_skipped += len(examples) - len(fresh)
+        self._enter(fresh)
+        self.sampler.add_prompts(
+            [e.prompt_id for e in fresh], self.stats.history(e.prompt_id for e in fresh)
+        )
+        return self._dispatch()
+
+    def observe(self, request_id: str, scored: Sequence[ScoredRollout]) -> list[PromptRequest]:
+        """Every scored rollout of one request; returns the requests this result unlocks."""
+        self._require_open("observe")
+        try:
+            request = self._open.pop(request_id)
+        except KeyError:
+            raise KeyError(
+                f"observe: unknown request id {request_id!r} (not open in step {self._step}); "
+                "pass each request's results exactly once, before finish_step()"
+            ) from None
+        if len(scored) != request.num_samples:
+            self._open[request_id] = request
+            raise ValueError(
+                f"observe({request_id!r}): got {len(scored)} scored rollouts for a request of "
+                f"{request.num_samples}; pass all of a request's rollouts together"
+            )
+        for item in scored:
+            if item.rollout.prompt_id != request.prompt_id:
+                self._open[request_id] = request
+                raise ValueError(
+                    f"observe({request_id!r}): rollout of prompt {item.rollout.prompt_id!r} in "
+                    f"a request for {request.prompt_id!r}"
+                )
+        self._pools[request.prompt_id].extend(scored)
+        self.sampler.observe(request.prompt_id, [s.reward for s in scored])
+        if self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING:
+            self._finish_order.append(request.prompt_id)
+        return self._dispatch()
+
+    def step_complete(self) -> bool:
+        """True once nothing is in flight and the sampler wants no more draws or prompts."""
+        return self._step is not None and not self._open and self.sampler.done()
+
+    def in_flight(self) -> int:
+        """Requests dispatched and not yet observed."""
+        return len(self._open)
+
+    def finish_step(self, *, engine_utilisation: float | None = None) -> StepResult:
+        """Build the kept groups, update per-prompt statistics, carry surplus, close the step.
+
+        `engine_utilisation`: the rollout pool's busy fraction over this step's sampling
+        (`RolloutPool.metrics()["perf/rollout_engine_utilisation"]`), logged with the step's
+        metrics as `sampling/engine_utilisation`; the allocator cannot see the engines itself.
+        """
+        self._require_open("finish_step")
+        if not self.step_complete():
+            raise RuntimeError(
+                f"finish_step: step {self._step} is not complete ({len(self._open)} requests in "
+                f"flight, sampler done={self.sampler.done()}, needs_prompts="
+                f"{self.sampler.needs_prompts()}); keep observing results until step_complete()"
+            )
+        step = self._step
+        assert step is not None
+        verdicts = {pid: self.sampler.verdict(pid) for pid in self.sampler.prompt_ids()}
+        target = self.sampler.target_groups()
+        # With a target, groups are taken in completion order (the surplus is what came last);
+        # without one, in prompt order, so results do not depend on arrival order.
+        order = self._finish_order if target is not None else self.sampler.prompt_ids()
+        order = order + [pid for pid in verdicts if pid not in set(order)]
+        new_groups: list[Group] = []
+        for pid in order:
+            verdict = verdicts[pid]
+            if verdict not in (PromptStatus.RESOLVED, PromptStatus.UNRESOLVED):
+                continue
+            group = self.group_builder.build(
+                prompt_id=pid,
+                pool=self._pools[pid],
+                resolved=verdict is PromptStatus.RESOLVED,
+                step=step,
+                prior_pass_rate=self.stats.pass_rate(pid),
+            )
+            if group is not None:
+                new_groups.append(group)
+        for pid, pool in self._pools.items():
+            positives = sum(is_positive(s.reward, self.positive_threshold) for s in pool)
+            self.stats.record_step(pid, step=step, samples=len(pool), positives=positives)
+
+        trained = [c.group for c in self._carried_in]
+        surplus: list[Group] = []
+        if target is None:
+            trained.extend(new_groups)
+        else:
+            room = max(0, target - len(trained))
+            trained.extend(new_groups[:room])
+            surplus = new_groups[room:]
+        if self.max_carry_age_steps > 0:
+            self._carry.extend(
+                CarriedGroup(group=g, step=step, weight_version=_weight_version(g)) for g in surplus
+            )
+            carried_out = len(surplus)
+        else:  # no carrying: surplus is discarded, as in DAPO
+            self._carried_expired += len(surplus)
+            carried_out = 0
+
+        sampler_metrics = self.sampler.metrics()
+        metrics = step_metrics(
+            pools=self._pools,
+            verdicts=verdicts,
+            trained=trained,
+            carried_in=len(self._carried_in),
+            carried_out=carried_out,
+            carried_expired=self._carried_expired,
+            carried_age_max=max((step - c.step for c in self._carried_in), default=0),
+            target_groups=target,
+            requests=self._requests,
+            positive_threshold=self.positive_threshold,
+        )
+        metrics.update(sampler_metrics)
+        metrics["sampling/duplicate_prompts_skipped"] = float(self._duplicates_skipped)
+        if engine_utilisation is not None:
+            metrics["sampling/engine_utilisation"] = float(engine_utilisation)
+        budget_exhausted = bool(sampler_metrics.get("sampling/budget_exhausted", 0.0))
+        dropped = len(verdicts) - len({g.prompt_id for g in new_groups})
+        result = StepResult(
+            step=step,
+            groups=tuple(trained),
+            resolved_prompts=sum(v is PromptStatus.RESOLVED for v in verdicts.values()),
+            unresolved_prompts=sum(v is PromptStatus.UNRESOLVED for v in verdicts.values()),
+            dropped_prompts=dropped,
+            carried_in=len(self._carried_in),
+            carried_out=carried_out,
+            budget_exhausted=budget_exhausted,
+            metrics=metrics,
+        )
+        self._warn(result)
+        self._last_metrics = metrics
+        self._reset_step()
+        return result
+
+    # -- statistics --------------------------------------------------------------------------
+
+    def wants_gradient_norms(self) -> bool:
+        """Whether the sampler uses per-prompt gradient norms (GVM); see report_gradient_norms."""
+        return self.sampler.uses_gradient_norms
+
+    def report_gradient_norms(self, norms: Mapping[str, float], *, step: int) -> None:
+        """Per-prompt gradient norms from the learner (used by the GVM sampler)."""
+        self.stats.report_gradient_norms(norms, step=step)
+
+    def prompt_stats(self, prompt_id: str) -> PromptStats | None:
+        return self.stats.get(prompt_id)
+
+    def metrics(self) -> dict[str, float]:
+        """The last finished step's metrics."""
+        return dict(self._last_metrics)
+
+    # -- checkpointing -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly, an open step included (picklable)."""
+        return {
+            "sampler": self.sampler.state_dict(),
+            "stats": self.stats.state_dict(),
+            "carry": list(self._carry),
+            "last_metrics": dict(self._last_metrics),
+            "step": {
+                "step": self._step,
+                "examples": dict(self._examples),
+                "pools": {pid: list(pool) for pid, pool in self._pools.items()},
+                "open": {rid: (r.prompt_id, r.num_samples) for rid, r in self._open.items()},
+                "finish_order": list(self._finish_order),
+                "carried_in": list(self._carried_in),
+                "carried_expired": self._carried_expired,
+                "requests": self._requests,
+                "duplicates_skipped": self._duplicates_skipped,
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.stats.load_state_dict(state["stats"])
+        self._carry = list(state["carry"])
+        self._last_metrics = dict(state["last_metrics"])
+        s = state["step"]
+        self._step = s["step"]
+        self._examples = dict(s["examples"])
+        self._pools = {pid: list(pool) for pid, pool in s["pools"].items()}
+        self._open = {rid: _OpenRequest(pid, n) for rid, (pid, n) in s["open"].items()}
+        self._finish_order = list(s["finish_order"])
+        self._carried_in = list(s["carried_in"])
+        self._carried_expired = int(s["carried_expired"])
+        self._requests = int(s["requests"])
+        self._duplicates_skipped = int(s["duplicates_skipped"])
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _require_open(self, what: str) -> None:
+        if self._step is None:
+            raise RuntimeError(f"{what}: no step is open; call start_step(step, examples) first")
+
+    def _enter(self, examples: Sequence[TaskExample]) -> None:
+        for example in examples:
+            self._examples[example.prompt_id] = example
+            self._pools.setdefault(example.prompt_id, [])
+
+    def _take_carried(self, step: int) -> None:
+        """Expire carried groups older than the age limit; take the rest for this step."""
+        fresh = [c for c in self._carry if step - c.step <= self.max_carry_age_steps]
+        self._carried_expired = len(self._carry) - len(fresh)
+        target = self.sampler.target_groups()
+        take = len(fresh) if target is None else min(target, len(fresh))
+        self._carried_in, self._carry = fresh[:take], fresh[take:]
+
+    def _dispatch(self) -> list[PromptRequest]:
+        assert self._step is not None
+        requests = []
+        for draw in self.sampler.next():
+            request_id = f"{self._step}:{draw.prompt_id}:{draw.index}"
+            self._open[request_id] = _OpenRequest(draw.prompt_id, draw.num_samples)
+            requests.append(
+                PromptRequest(
+                    request_id=request_id,
+                    example=self._examples[draw.prompt_id],
+                    num_samples=draw.num_samples,
+                    step=self._step,
+                    seed=derive_seed(self.seed, self._step, draw.prompt_id, draw.index),
+                )
+            )
+        self._requests += len(requests)
+        return requests
+
+    def _warn(self, result: StepResult) -> None:
+        m = result.metrics
+        if result.groups and m["signal/mixed_group_fraction"] == 0.0:
+            logger.warning(
+                "step %d: none of the %d trained groups has mixed outcomes: no learning signal "
+                "(every reward equal within each group)",
+                result.step,
+                len(result.groups),
+            )
+        if m.get("signal/groups_short", 0.0) > 0:
+            logger.warning(
+                "step %d: trained on %d groups, %d short of the target of %d (%s); the step "
+                "goes on with what it has",
+                result.step,
+                len(result.groups),
+                int(m["signal/groups_short"]),
+                int(m["signal/groups_target"]),
+                "sample budget exhausted" if result.budget_exhausted else "prompt source empty",
+            )
+
+
+def _weight_version(group: Group) -> int:
+    """The oldest policy version among the group's rollouts (what staleness is measured from)."""
+    return min(s.rollout.weight_version for s in group.rollouts)

@@ -1,0 +1,140 @@
+"""`build_*`: translate an `AllocatorConfig` into the allocator's keyword-only components."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from adarl.allocator.allocator import BudgetAllocator
+from adarl.allocator.group_builder import GroupBuilder
+from adarl.allocator.samplers.base import Sampler
+from adarl.allocator.samplers.dynamic_filter import DynamicFilterSampler
+from adarl.allocator.samplers.estimation import AdaEstSampler, GvmSampler
+from adarl.allocator.samplers.sequential import SequentialSampler
+from adarl.allocator.samplers.uniform import UniformSampler
+from adarl.allocator.stats import PromptStatsStore
+from adarl.config.allocator import AllocatorConfig
+
+
+def build_sampler(config: AllocatorConfig) -> Sampler:
+    config.validate()
+    name = config.sampler
+    if name == "uniform":
+        return UniformSampler(
+            samples_per_prompt=config.samples_per_prompt,
+            max_samples_per_step=config.max_samples_per_step,
+            positive_threshold=config.positive_threshold,
+        )
+    if name in ("seq_pos", "seq_balance"):
+        seq = config.sequential
+        rounds = seq.mode == "rounds"
+        cap = seq.round_repeat * seq.max_rounds if rounds else config.max_samples_per_prompt
+        step_cap = config.max_samples_per_step
+        if step_cap is None:
+            step_cap = config.prompts_per_step * cap
+        return SequentialSampler(
+            k_pos=seq.k_pos,
+            k_neg=0 if name == "seq_pos" else seq.k_neg,
+            max_samples_per_prompt=cap,
+            max_samples_per_step=step_cap,
+            mode=seq.mode,
+            initial_samples=seq.initial_samples,
+            chunk_growth=seq.chunk_growth,
+            chunk_confidence=seq.chunk_confidence,
+            target_in_flight_samples=seq.target_in_flight_samples,
+            round_repeat=seq.round_repeat,
+            max_rounds=seq.max_rounds,
+            positive_threshold=config.positive_threshold,
+        )
+    if name == "dynamic_filter":
+        df = config.dynamic_filter
+        step_cap = config.max_samples_per_step
+        if step_cap is None:
+            step_cap = 4 * config.prompts_per_step * config.samples_per_prompt
+        return DynamicFilterSampler(
+            samples_per_prompt=config.samples_per_prompt,
+            target_groups=config.prompts_per_step,
+            max_samples_per_step=step_cap,
+            min_pass_rate=df.min_pass_rate,
+            max_pass_rate=df.max_pass_rate,
+            min_keep_rate=df.min_keep_rate,
+            positive_threshold=config.positive_threshold,
+        )
+    est = config.estimation
+    if name == "ada_est":
+        return AdaEstSampler(
+            mean_samples_per_prompt=config.samples_per_prompt,
+            min_samples_per_prompt=est.min_samples_per_prompt,
+            max_samples_per_prompt=config.max_samples_per_prompt,
+            epsilon=est.epsilon,
+            max_samples_per_step=config.max_samples_per_step,
+            positive_threshold=config.positive_threshold,
+        )
+    if name == "gvm":
+        return GvmSampler(
+            presamples=est.gvm_presamples,
+            mean_samples_per_prompt=config.samples_per_prompt,
+            min_samples_per_prompt=0,
+            max_samples_per_prompt=config.max_samples_per_prompt,
+            alpha=est.gvm_alpha,
+            beta=est.gvm_beta,
+            max_samples_per_step=config.max_samples_per_step,
+            positive_threshold=config.positive_threshold,
+        )
+    raise AssertionError(f"validate() let through allocator.sampler={name!r}")
+
+
+def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
+    group = config.group
+    return GroupBuilder(
+        group_size=group.group_size,
+        advantage=group.advantage,
+        correction=group.correction,
+        objective=group.objective,
+        alpha=group.objective_alpha,
+        unresolved_policy=group.unresolved_policy,
+        downsample_order=group.downsample_order,
+        positive_threshold=config.positive_threshold,
+        clip_delta=group.clip_delta,
+        ada_est_eps=config.estimation.epsilon,
+        seed=config.seed,
+    )
+
+
+def allocator_kwargs(
+    config: AllocatorConfig, *, target_in_flight_samples: int | None = None
+) -> dict[str, Any]:
+    """`BudgetAllocator`'s keyword arguments for `config` (validated first).
+
+    `target_in_flight_samples`: sequences the rollout engines run at once (engines ×
+    max_num_seqs); streaming samplers grow draws into idle slots up to it. An explicit
+    `allocator.sequential.target_in_flight_samples` wins.
+    """
+    config.validate()
+    if target_in_flight_samples is not None and config.sequential.target_in_flight_samples is None:
+        config = replace(
+            config,
+            sequential=replace(
+                config.sequential, target_in_flight_samples=target_in_flight_samples
+            ),
+        )
+    est = config.estimation
+    return {
+        "sampler": build_sampler(config),
+        "group_builder": build_group_builder(config),
+        "stats": PromptStatsStore(
+            ema_decay=est.ema_decay, prior_alpha=est.prior_alpha, prior_beta=est.prior_beta
+        ),
+        "seed": config.seed,
+        "max_carry_age_steps": config.dynamic_filter.max_carry_age_steps,
+        "positive_threshold": config.positive_threshold,
+    }
+
+
+def build_allocator(
+    config: AllocatorConfig, *, target_in_flight_samples: int | None = None
+) -> BudgetAllocator:
+    """The allocator `config` describes (validated first)."""
+    return BudgetAllocator(
+        **allocator_kwargs(config, target_in_flight_samples=target_in_flight_samples)
+    )

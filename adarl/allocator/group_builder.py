@@ -1,0 +1,165 @@
+"""The group builder: a prompt's pool ─► downsample to n ─► correction ─► advantages ─► `Group`.
+
+Only `adarl.algo` decides anything numeric here; this module chooses which function to call and
+wraps the result in the typed record the learner consumes (`TrainBatch.from_groups`).
+
+Two families of advantage, picked by `advantage`:
+
+* `pool` (Reinforce-Ada): `selection.downsample_and_correct`: a balanced group of n from the
+  whole pool, advantages from the pool baseline p̃ under `correction` (`none` is the released
+  script's A = r - p̃; `selection` makes the group estimate w(p̃)∇p for the declared objective).
+* a uniform-group estimator (`grpo`, `dr_grpo`, `rloo`, `raft`, `reinforce_baseline`, `ada_est`,
+  from `adarl.algo.advantages`) applied to the kept group. A pool larger than n is first cut to
+  n by the same balanced downsample, which changes what these estimators estimate: use them
+  with samplers whose pool is the group (uniform, dynamic filter). `reinforce_baseline` uses
+  the prompt's pass-rate estimate from earlier steps (independent of this group) as baseline.
+
+Unresolved prompts follow `unresolved_policy` in both families (`selection.UnresolvedPolicy`).
+Random downsampling is seeded from (seed, step, prompt id): no RNG state to checkpoint, and a
+resumed run picks the same samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+
+import numpy as np
+
+from adarl.algo.advantages import (
+    ada_est_advantages,
+    dr_grpo_advantages,
+    grpo_advantages,
+    raft_advantages,
+    reinforce_baseline_advantages,
+    rloo_advantages,
+)
+from adarl.algo.selection import (
+    Correction,
+    DownsampleOrder,
+    UnresolvedPolicy,
+    balanced_downsample,
+    downsample_and_correct,
+    positive_mask,
+)
+from adarl.allocator.samplers.base import derive_seed
+from adarl.types import Group, ScoredRollout
+
+
+class AdvantageMode(str, Enum):
+    POOL = "pool"
+    GRPO = "grpo"
+    DR_GRPO = "dr_grpo"
+    RLOO = "rloo"
+    RAFT = "raft"
+    REINFORCE_BASELINE = "reinforce_baseline"
+    ADA_EST = "ada_est"
+
+
+class GroupBuilder:
+    """Turns one prompt's pool of scored rollouts into its training `Group` (or None)."""
+
+    def __init__(
+        self,
+        *,
+        group_size: int | None,
+        advantage: AdvantageMode | str = AdvantageMode.POOL,
+        correction: Correction | str = Correction.NONE,
+        objective: str = "log",
+        alpha: float = 0.5,
+        unresolved_policy: UnresolvedPolicy | str = UnresolvedPolicy.KEEP_AVAILABLE,
+        downsample_order: DownsampleOrder | str = DownsampleOrder.RANDOM,
+        positive_threshold: float = 0.5,
+        clip_delta: float = 1e-3,
+        ada_est_eps: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        if group_size is not None and group_size < 1:
+            raise ValueError(
+                f"group_size must be >= 1 or None (keep whole pools), got {group_size}"
+            )
+        self.group_size = group_size
+        self.advantage = AdvantageMode(advantage)
+        self.correction = Correction(correction)
+        self.objective = objective
+        self.alpha = alpha
+        self.unresolved_policy = UnresolvedPolicy(unresolved_policy)
+        self.downsample_order = DownsampleOrder(downsample_order)
+        self.positive_threshold = positive_threshold
+        self.clip_delta = clip_delta
+        self.ada_est_eps = ada_est_eps
+        self.seed = seed
+
+    def build(
+        self,
+        *,
+        prompt_id: str,
+        pool: Sequence[ScoredRollout],
+        resolved: bool,
+        step: int,
+        prior_pass_rate: float,
+    ) -> Group | None:
+        """The kept group of `pool` (in sampling order), or None when nothing is kept.
+
+        `prior_pass_rate` is the prompt's estimate from earlier steps (the allocator's EMA), used
+        only by `reinforce_baseline`.
+        """
+        if not pool:
+            return None
+        rewards = np.array([s.reward for s in pool], dtype=np.float64)  # [N]
+        group_size = self.group_size if self.group_size is not None else len(pool)
+        rng = np.random.default_rng(derive_seed(self.seed, step, prompt_id, "downsample"))
+        if self.advantage is AdvantageMode.POOL:
+            kept, advantages = downsample_and_correct(
+                rewards,
+                resolved=resolved,
+                group_size=group_size,
+                unresolved_policy=self.unresolved_policy,
+                correction=self.correction,
+                objective=self.objective,
+                alpha=self.alpha,
+                positive_threshold=self.positive_threshold,
+                clip_delta=self.clip_delta,
+                rng=rng,
+                order=self.downsample_order.value,
+            )
+        else:
+            if not resolved and self.unresolved_policy is UnresolvedPolicy.DROP:
+                return None
+            kept = balanced_downsample(
+                rewards,
+                group_size=group_size,
+                positive_threshold=self.positive_threshold,
+                rng=rng,
+                order=self.downsample_order.value,
+            )
+            if not resolved and self.unresolved_policy is UnresolvedPolicy.ZERO_ADVANTAGE:
+                advantages = np.zeros(kept.size)
+            else:
+                advantages = self._uniform_advantages(rewards[kept], prior_pass_rate)
+        if kept.size == 0:
+            return None
+        return Group(
+            prompt_id=prompt_id,
+            rollouts=tuple(pool[int(i)] for i in kept),
+            advantages=tuple(float(a) for a in advantages),
+            pool_size=len(pool),
+            pool_positives=int(
+                positive_mask(rewards, positive_threshold=self.positive_threshold).sum()
+            ),
+            resolved=resolved,
+        )
+
+    def _uniform_advantages(self, rewards: np.ndarray, prior_pass_rate: float) -> np.ndarray:
+        mode = self.advantage
+        if mode is AdvantageMode.GRPO:
+            return grpo_advantages(rewards)
+        if mode is AdvantageMode.DR_GRPO:
+            return dr_grpo_advantages(rewards)
+        if mode is AdvantageMode.RLOO:
+            return rloo_advantages(rewards)
+        if mode is AdvantageMode.RAFT:
+            return raft_advantages(rewards, positive_threshold=self.positive_threshold)
+        if mode is AdvantageMode.REINFORCE_BASELINE:
+            return reinforce_baseline_advantages(rewards, baseline=prior_pass_rate)
+        return ada_est_advantages(rewards, eps=self.ada_est_eps)

@@ -1,0 +1,163 @@
+"""What every sampler shares: the protocol, per-prompt verdicts, the step budget, request seeds.
+
+A sampler decides, prompt by prompt, how many more responses to draw. It sees only prompt ids and
+rewards (never rollouts or tokens) and holds only plain Python state, so `state_dict()` is a small
+picklable dict and a sampler restored mid-step makes the same decisions as one that never stopped.
+
+Life of a step, as the `BudgetAllocator` drives it:
+
+    start_step(step, prompt_ids, history)  # a new batch of prompts (and what is known of them)
+    next() -> [Draw]                      # draws to dispatch now
+    observe(prompt_id, rewards)           # the rewards of one returned draw, in sample order
+    next() -> [Draw]                      # ... more draws unlocked by that result
+    needs_prompts() -> int                # only the dynamic filter asks for more prompts
+    add_prompts(prompt_ids)               # the driver's answer ([] = the source has none left)
+    done() -> bool                        # nothing in flight and nothing left to draw
+    verdict(prompt_id) -> PromptStatus    # how each prompt ended
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+
+class PromptStatus(str, Enum):
+    """Where a prompt stands within the current step."""
+
+    SAMPLING = "sampling"  # more draws may follow (or one is in flight)
+    RESOLVED = "resolved"  # the exit condition was met: its pool is trained on
+    UNRESOLVED = "unresolved"  # stopped at its cap or by the step budget without meeting it
+    FILTERED = "filtered"  # dynamic filter: the finished pool failed the keep rule
+
+
+@dataclass(frozen=True)
+class Draw:
+    """A sampler's decision: draw `num_samples` more responses for `prompt_id`.
+
+    `index` counts the draws of this prompt within the step (0 = first); it names the request and
+    seeds it, so a resumed sampler reproduces the same requests.
+    """
+
+    prompt_id: str
+    num_samples: int
+    index: int
+
+
+@dataclass(frozen=True)
+class PromptHistory:
+    """What the allocator knows about a prompt from earlier steps (read-only for samplers)."""
+
+    pass_rate: float  # smoothed estimate (EMA with a Beta prior); the prior mean if never seen
+    samples: int  # lifetime samples
+    grad_norm: float | None  # last per-prompt gradient norm reported by the learner
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """The small protocol every sampler implements (see the module docstring)."""
+
+    name: str
+    # True if the sampler reads per-prompt gradient norms (the driver then asks the learners
+    # for them, at the cost of one extra backward pass over the correct samples).
+    uses_gradient_norms: bool
+
+    def start_step(
+        self,
+        step: int,
+        prompt_ids: Sequence[str],
+        history: Mapping[str, PromptHistory],
+        *,
+        carried_groups: int = 0,
+    ) -> None:
+        """A new step; `carried_groups` kept groups from earlier steps already count towards
+        `target_groups()` (only the dynamic filter uses it)."""
+        ...
+
+    def add_prompts(self, prompt_ids: Sequence[str], history: Mapping[str, PromptHistory]) -> None:
+        """More prompts for this step; an empty list means the prompt source has none to give."""
+        ...
+
+    def needs_prompts(self) -> int: ...
+
+    def next(self) -> list[Draw]: ...
+
+    def observe(self, prompt_id: str, rewards: Sequence[float]) -> None: ...
+
+    def done(self) -> bool: ...
+
+    def verdict(self, prompt_id: str) -> PromptStatus: ...
+
+    def prompt_ids(self) -> list[str]:
+        """This step's prompts, in the order they entered the step."""
+        ...
+
+    def target_groups(self) -> int | None:
+        """Groups this step should train on (dynamic filter); None = every resolved prompt."""
+        ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class StepBudget:
+    """Samples the current step may still dispatch. Counted at dispatch, so never exceeded.
+
+    `cap=None` means no global limit (per-prompt caps still apply).
+    """
+
+    def __init__(self, cap: int | None) -> None:
+        if cap is not None and cap < 0:
+            raise ValueError(f"step budget cap must be >= 0 or None, got {cap}")
+        self.cap = cap
+        self.used = 0
+
+    @property
+    def left(self) -> int | None:
+        return None if self.cap is None else self.cap - self.used
+
+    def grant(self, wanted: int) -> int:
+        """Reserve up to `wanted` samples; returns how many were granted (maybe 0)."""
+        granted = wanted if self.cap is None else max(0, min(wanted, self.cap - self.used))
+        self.used += granted
+        return granted
+
+    @property
+    def exhausted(self) -> bool:
+        return self.cap is not None and self.used >= self.cap
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cap": self.cap, "used": self.used}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.cap = state["cap"]
+        self.used = int(state["used"])
+
+
+def is_positive(reward: float, threshold: float) -> bool:
+    """The reference code's rule: a sample is positive iff reward > threshold (strict)."""
+    return reward > threshold
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A stable 63-bit seed from parts (no global RNG state: resumes reproduce it exactly)."""
+    digest = hashlib.blake2b("/".join(str(p) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def check_new_prompt_ids(prompt_ids: Sequence[str], known: Mapping[str, Any], *, what: str) -> None:
+    """Raise if `prompt_ids` repeats itself or a prompt already in the step."""
+    seen: set[str] = set()
+    for pid in prompt_ids:
+        if pid in seen or pid in known:
+            raise ValueError(
+                f"{what}: prompt id {pid!r} appears twice in one step; prompt ids must be unique "
+                "within a step (deduplicate the dataset or lower prompts_per_step below its size)"
+            )
+        seen.add(pid)

@@ -1,0 +1,97 @@
+"""`uniform(n)`: GRPO-style sampling, one draw of n responses per prompt, no stopping rule."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from adarl.allocator.samplers.base import (
+    Draw,
+    PromptHistory,
+    PromptStatus,
+    check_new_prompt_ids,
+)
+from adarl.allocator.samplers.ledger import StepLedger
+
+
+class UniformSampler:
+    """Every prompt gets exactly `samples_per_prompt` responses in one draw.
+
+    There is no exit condition, so every drawn prompt counts as resolved; a prompt the step
+    budget could not fully pay for is drawn with what was left, and one it could not pay for at
+    all is unresolved (never drawn).
+    """
+
+    uses_gradient_norms = False
+
+    name = "uniform"
+
+    def __init__(
+        self,
+        *,
+        samples_per_prompt: int,
+        max_samples_per_step: int | None = None,
+        positive_threshold: float = 0.5,
+    ) -> None:
+        if samples_per_prompt < 1:
+            raise ValueError(f"uniform: samples_per_prompt must be >= 1, got {samples_per_prompt}")
+        self.samples_per_prompt = samples_per_prompt
+        self.max_samples_per_step = max_samples_per_step
+        self.positive_threshold = positive_threshold
+        self.step = -1
+        self._ledger = StepLedger(
+            budget_cap=max_samples_per_step, positive_threshold=positive_threshold
+        )
+
+    def start_step(
+        self,
+        step: int,
+        prompt_ids: Sequence[str],
+        history: Mapping[str, PromptHistory],
+        *,
+        carried_groups: int = 0,
+    ) -> None:
+        self.step = step
+        self._ledger = StepLedger(
+            budget_cap=self.max_samples_per_step, positive_threshold=self.positive_threshold
+        )
+        self.add_prompts(prompt_ids, history)
+
+    def add_prompts(self, prompt_ids: Sequence[str], history: Mapping[str, PromptHistory]) -> None:
+        check_new_prompt_ids(prompt_ids, self._ledger.tallies, what="uniform")
+        self._ledger.add(prompt_ids)
+        for pid in prompt_ids:
+            if self._ledger.dispatch(pid, self.samples_per_prompt) is None:
+                self._ledger.settle(pid, PromptStatus.UNRESOLVED)
+
+    def needs_prompts(self) -> int:
+        return 0
+
+    def next(self) -> list[Draw]:
+        return self._ledger.take_pending()
+
+    def observe(self, prompt_id: str, rewards: Sequence[float]) -> None:
+        self._ledger.record(prompt_id, rewards)
+        self._ledger.settle(prompt_id, PromptStatus.RESOLVED)
+
+    def done(self) -> bool:
+        return self._ledger.in_flight == 0 and self._ledger.open_count == 0
+
+    def verdict(self, prompt_id: str) -> PromptStatus:
+        return self._ledger.tally(prompt_id).status
+
+    def prompt_ids(self) -> list[str]:
+        return list(self._ledger.order)
+
+    def target_groups(self) -> int | None:
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        return self._ledger.metrics()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "ledger": self._ledger.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.step = int(state["step"])
+        self._ledger.load_state_dict(state["ledger"])

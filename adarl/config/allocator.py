@@ -1,0 +1,281 @@
+"""Structured config of the budget allocator (`adarl.allocator.build_allocator` reads it).
+
+`AllocatorConfig`
+    sampler: how rollouts are spent per prompt: "uniform" (GRPO: `samples_per_prompt` each),
+        "seq_pos" (Reinforce-Ada-Seq: until `sequential.k_pos` positives), "seq_balance"
+        (until `k_pos` positives and `k_neg` negatives), "dynamic_filter" (DAPO: keep groups
+        with mixed outcomes, refill prompts until `prompts_per_step` groups), "ada_est"
+        (Reinforce-Ada-Est: n_i ∝ 1/√(p̂_i + ε) from an EMA), "gvm" (GVM: pre-sample, then
+        allocate by pass rate and gradient norm).
+    prompts_per_step: prompts the driver draws per step; the dynamic filter's target number of
+        trained groups.
+    samples_per_prompt: responses per prompt for "uniform" and "dynamic_filter"; the mean
+        responses per prompt for "ada_est" and "gvm" (their step budget is this × prompts).
+    max_samples_per_prompt: per-prompt cap for the sequential samplers, "ada_est" and "gvm".
+    max_samples_per_step: global cap on responses drawn in one step (counted at dispatch, never
+        exceeded); None = prompts_per_step × max_samples_per_prompt for the sequential
+        samplers, 4 × prompts_per_step × samples_per_prompt for "dynamic_filter" (the verl
+        recipe's usual max_num_gen_batches), no cap for "uniform".
+    positive_threshold: a response is positive iff reward > this (the reference code uses 0.7).
+    seed: seeds requests and random downsampling (derived per step/prompt: no RNG state).
+    sequential: `SequentialConfig`; dynamic_filter: `DynamicFilterConfig`;
+    estimation: `EstimationConfig`; group: `GroupConfig`.
+
+`SequentialConfig` (seq_pos, seq_balance)
+    k_pos, k_neg: positives and negatives the exit condition needs (seq_pos uses k_pos only).
+    mode: "streaming" (dispatch a prompt's next draw the moment its last one returns; chunk rule
+        in `adarl.allocator.samplers.sequential`) or "rounds" (the reference implementation's
+        synchronous rounds; the cap becomes round_repeat × max_rounds).
+    initial_samples: first draw per prompt in streaming mode; None = k_pos + k_neg.
+    chunk_growth: streaming chunks grow by at most this factor per wait while the engines are
+        full; 0 = draw only the fewest samples that could resolve the prompt (no overshoot,
+        more waits).
+    chunk_confidence: a streaming chunk is the fewest samples that finish the prompt with this
+        posterior probability (a wait costs a whole response time; see the chunk rule).
+    target_in_flight_samples: streaming mode: how many sequences the rollout engines run at once
+        (engines × max_num_seqs); while fewer are in flight, first draws and chunks grow into
+        the idle slots (cutting sequential waits at no wall-time cost); None = never.
+    round_repeat, max_rounds: rounds mode: samples per active prompt per round, rounds at most.
+
+`DynamicFilterConfig`
+    min_pass_rate, max_pass_rate: keep a group iff its rewards are not all equal and its pass
+        rate is in [min, max] (0 and 1: DAPO's std > 0 rule).
+    min_keep_rate: floor of the keep-rate estimate used to over-sample prompts (caps the
+        over-sampling factor at 1/min_keep_rate).
+    max_carry_age_steps: surplus kept groups are trained at most this many steps after they
+        were sampled (0 = discard the surplus, as DAPO does).
+
+`EstimationConfig` (ada_est, gvm; the EMA is kept for every sampler and logged)
+    ema_decay: λ of the per-prompt count EMA (N ← λN + n_t).
+    prior_alpha, prior_beta: Beta prior of the EMA pass-rate estimate.
+    epsilon: ε in Ada-Est's n_i ∝ 1/√(p̂_i + ε).
+    min_samples_per_prompt: Ada-Est / GVM floor on responses per prompt.
+    gvm_presamples: GVM's pre-sampling responses per prompt (N').
+    gvm_alpha, gvm_beta: GVM's weight w_i = G_i / √(p_i + α / p_i^(β-1)).
+
+`GroupConfig` (`adarl.allocator.group_builder`)
+    group_size: responses trained on per prompt (n); None = the whole pool.
+    advantage: "pool" (Reinforce-Ada: pool baseline + `correction`) or a uniform-group
+        estimator: "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est".
+    correction: for "pool": "none" (A = r - p̃, the released script), "std", "selection",
+        "inverse_p", "inverse_sqrt_p" (`adarl.algo.selection.Correction`).
+    objective, objective_alpha: the declared f for "selection" ("linear", "log", "arcsin",
+        "power" with exponent objective_alpha).
+    unresolved_policy: prompts stopped without the exit condition: "keep_available" (train on
+        min(n, N) of them, the reference), "zero_advantage", "drop".
+    downsample_order: "random" or "earliest" (the reference).
+    clip_delta: pass rates in weights are clipped to [δ, 1-δ].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SAMPLERS = ("uniform", "seq_pos", "seq_balance", "dynamic_filter", "ada_est", "gvm")
+SEQUENTIAL_MODES = ("streaming", "rounds")
+ADVANTAGES = ("pool", "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est")
+CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
+UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
+DOWNSAMPLE_ORDERS = ("random", "earliest")
+OBJECTIVES = ("linear", "log", "arcsin", "power")
+
+
+@dataclass
+class SequentialConfig:
+    k_pos: int = 2
+    k_neg: int = 2
+    mode: str = "streaming"
+    initial_samples: int | None = None
+    chunk_growth: float = 4.0
+    chunk_confidence: float = 0.9
+    target_in_flight_samples: int | None = None
+    round_repeat: int = 8
+    max_rounds: int = 4
+
+    def validate(self, *, sampler: str, max_samples_per_prompt: int) -> None:
+        if self.mode not in SEQUENTIAL_MODES:
+            raise ValueError(
+                f"allocator.sequential.mode={self.mode!r} is not one of {SEQUENTIAL_MODES}"
+            )
+        k_neg = 0 if sampler == "seq_pos" else self.k_neg
+        if self.k_pos < 0 or k_neg < 0 or self.k_pos + k_neg < 1:
+            raise ValueError(
+                f"allocator.sequential.k_pos={self.k_pos}, k_neg={k_neg}: need both >= 0 and at "
+                "least one positive (seq_pos needs k_pos >= 1)"
+            )
+        if self.mode == "rounds":
+            if self.round_repeat < 1 or self.max_rounds < 1:
+                raise ValueError(
+                    "allocator.sequential.round_repeat and max_rounds must be >= 1 "
+                    f"(got {self.round_repeat}, {self.max_rounds})"
+                )
+        elif max_samples_per_prompt < self.k_pos + k_neg:
+            raise ValueError(
+                f"allocator.max_samples_per_prompt={max_samples_per_prompt} < k_pos + k_neg = "
+                f"{self.k_pos + k_neg}: no prompt could resolve; raise the cap"
+            )
+        if self.initial_samples is not None and not (
+            1 <= self.initial_samples <= max_samples_per_prompt
+        ):
+            raise ValueError(
+                f"allocator.sequential.initial_samples={self.initial_samples} must be in "
+                f"[1, max_samples_per_prompt={max_samples_per_prompt}] or null"
+            )
+        if self.target_in_flight_samples is not None and self.target_in_flight_samples < 1:
+            raise ValueError(
+                "allocator.sequential.target_in_flight_samples="
+                f"{self.target_in_flight_samples} must be >= 1 or null"
+            )
+        if not 0.0 < self.chunk_confidence < 1.0:
+            raise ValueError(
+                f"allocator.sequential.chunk_confidence={self.chunk_confidence} must be in (0, 1) "
+                "(e.g. 0.9)"
+            )
+        if self.chunk_growth != 0 and self.chunk_growth < 1:
+            raise ValueError(
+                f"allocator.sequential.chunk_growth={self.chunk_growth} must be 0 (exact "
+                "minimum draws) or >= 1 (e.g. 2: chunks at most double)"
+            )
+
+
+@dataclass
+class DynamicFilterConfig:
+    min_pass_rate: float = 0.0
+    max_pass_rate: float = 1.0
+    min_keep_rate: float = 0.1
+    max_carry_age_steps: int = 1
+
+    def validate(self) -> None:
+        if not 0.0 <= self.min_pass_rate <= self.max_pass_rate <= 1.0:
+            raise ValueError(
+                "allocator.dynamic_filter: need 0 <= min_pass_rate <= max_pass_rate <= 1 "
+                f"(got {self.min_pass_rate}, {self.max_pass_rate})"
+            )
+        if not 0.0 < self.min_keep_rate <= 1.0:
+            raise ValueError(
+                f"allocator.dynamic_filter.min_keep_rate={self.min_keep_rate} must be in (0, 1] "
+                "(e.g. 0.1: over-sample prompts at most 10x)"
+            )
+        if self.max_carry_age_steps < 0:
+            raise ValueError(
+                f"allocator.dynamic_filter.max_carry_age_steps={self.max_carry_age_steps} must "
+                "be >= 0 (0 discards surplus groups)"
+            )
+
+
+@dataclass
+class EstimationConfig:
+    ema_decay: float = 0.9
+    prior_alpha: float = 1.0
+    prior_beta: float = 1.0
+    epsilon: float = 0.05
+    min_samples_per_prompt: int = 2
+    gvm_presamples: int = 8
+    gvm_alpha: float = 1e-3
+    gvm_beta: float = 2.0
+
+    def validate(self) -> None:
+        if not 0.0 <= self.ema_decay <= 1.0:
+            raise ValueError(f"allocator.estimation.ema_decay={self.ema_decay} must be in [0, 1]")
+        if self.prior_alpha <= 0 or self.prior_beta <= 0:
+            raise ValueError(
+                "allocator.estimation.prior_alpha and prior_beta must be > 0 "
+                f"(got {self.prior_alpha}, {self.prior_beta}; 1 and 1 is a uniform prior)"
+            )
+        if self.epsilon < 0:
+            raise ValueError(f"allocator.estimation.epsilon={self.epsilon} must be >= 0")
+        if self.min_samples_per_prompt < 1:
+            raise ValueError(
+                f"allocator.estimation.min_samples_per_prompt={self.min_samples_per_prompt} "
+                "must be >= 1"
+            )
+        if self.gvm_presamples < 1:
+            raise ValueError(
+                f"allocator.estimation.gvm_presamples={self.gvm_presamples} must be >= 1 (GVM "
+                "uses 8)"
+            )
+
+
+@dataclass
+class GroupConfig:
+    group_size: int | None = 4
+    advantage: str = "pool"
+    correction: str = "none"
+    objective: str = "log"
+    objective_alpha: float = 0.5
+    unresolved_policy: str = "keep_available"
+    downsample_order: str = "random"
+    clip_delta: float = 1e-3
+
+    def validate(self) -> None:
+        if self.group_size is not None and self.group_size < 1:
+            raise ValueError(
+                f"allocator.group.group_size={self.group_size} must be >= 1 (or null: whole pools)"
+            )
+        for key, value, allowed in (
+            ("advantage", self.advantage, ADVANTAGES),
+            ("correction", self.correction, CORRECTIONS),
+            ("unresolved_policy", self.unresolved_policy, UNRESOLVED_POLICIES),
+            ("downsample_order", self.downsample_order, DOWNSAMPLE_ORDERS),
+            ("objective", self.objective, OBJECTIVES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"allocator.group.{key}={value!r} is not one of {allowed}")
+        if not 0.0 < self.clip_delta < 0.5:
+            raise ValueError(f"allocator.group.clip_delta={self.clip_delta} must be in (0, 0.5)")
+
+
+@dataclass
+class AllocatorConfig:
+    sampler: str = "seq_balance"
+    prompts_per_step: int = 64
+    samples_per_prompt: int = 4
+    max_samples_per_prompt: int = 32
+    max_samples_per_step: int | None = None
+    positive_threshold: float = 0.5
+    seed: int = 0
+    sequential: SequentialConfig = field(default_factory=SequentialConfig)
+    dynamic_filter: DynamicFilterConfig = field(default_factory=DynamicFilterConfig)
+    estimation: EstimationConfig = field(default_factory=EstimationConfig)
+    group: GroupConfig = field(default_factory=GroupConfig)
+
+    def validate(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"allocator.sampler={self.sampler!r} is not one of {SAMPLERS}")
+        if self.prompts_per_step < 1:
+            raise ValueError(f"allocator.prompts_per_step={self.prompts_per_step} must be >= 1")
+        if self.samples_per_prompt < 1:
+            raise ValueError(f"allocator.samples_per_prompt={self.samples_per_prompt} must be >= 1")
+        if self.sampler == "dynamic_filter" and self.samples_per_prompt < 2:
+            raise ValueError(
+                "allocator.samples_per_prompt must be >= 2 with sampler=dynamic_filter (a group "
+                "of one never has mixed outcomes)"
+            )
+        if self.max_samples_per_prompt < 1:
+            raise ValueError(
+                f"allocator.max_samples_per_prompt={self.max_samples_per_prompt} must be >= 1"
+            )
+        if self.max_samples_per_step is not None and self.max_samples_per_step < 1:
+            raise ValueError(
+                f"allocator.max_samples_per_step={self.max_samples_per_step} must be >= 1 or "
+                "null (the sampler's default cap)"
+            )
+        if not 0.0 <= self.positive_threshold < 1.0:
+            raise ValueError(
+                f"allocator.positive_threshold={self.positive_threshold} must be in [0, 1) "
+                "(rewards are in [0, 1]; a response is positive iff reward > threshold)"
+            )
+        if self.sampler in ("seq_pos", "seq_balance"):
+            self.sequential.validate(
+                sampler=self.sampler, max_samples_per_prompt=self.max_samples_per_prompt
+            )
+        if self.sampler in ("ada_est", "gvm") and (
+            self.max_samples_per_prompt < self.estimation.min_samples_per_prompt
+        ):
+            raise ValueError(
+                f"allocator.max_samples_per_prompt={self.max_samples_per_prompt} < "
+                f"estimation.min_samples_per_prompt={self.estimation.min_samples_per_prompt}"
+            )
+        self.dynamic_filter.validate()
+        self.estimation.validate()
+        self.group.validate()
