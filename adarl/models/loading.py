@@ -1,0 +1,132 @@
+"""Resolve and load policies: built-in names are built and cached, everything else is plain HF.
+
+`resolve_model_path` is the one place a model name becomes a path: for a built-in it returns the
+cached build (building it the first time), for anything else the name unchanged, which the engines
+and `load_policy` hand to the standard `from_pretrained` loaders exactly as on a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from adarl.config.model import BUILTIN_MODELS, TINY_ARITHMETIC, ModelConfig, TinyModelConfig
+from adarl.models.tiny import build_tiny_model_dir
+from adarl.models.tokenizer import build_char_tokenizer
+
+CACHE_DIR_ENV = "ADARL_CACHE_DIR"
+# Tokenizer classes that mean "the plain fast tokenizer in tokenizer.json": load those with the
+# fast class itself, because AutoTokenizer next to a model config swaps in the model family's
+# tokenizer class (for Qwen2 it re-normalises text and drops spaces).
+_PLAIN_FAST_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+
+
+@dataclass
+class Policy:
+    """A loaded causal LM, its tokenizer and the path both came from."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    path: str
+
+
+def default_cache_dir() -> Path:
+    """`$ADARL_CACHE_DIR`, else `~/.cache/adarl`."""
+    configured = os.environ.get(CACHE_DIR_ENV)
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "adarl"
+
+
+def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
+    from adarl.tasks.arithmetic import sample_examples
+
+    # One fresh i.i.d. train-split draw per training example: nothing repeats to be memorised.
+    examples = sample_examples("train", tiny.sft_steps * tiny.sft_batch_size, seed=tiny.sft_seed)
+    return [(example.prompt, example.answer) for example in examples]
+
+
+def _arithmetic_fingerprint() -> str:
+    # The generator's source and default mix stand in for the data: hashing ~40k generated
+    # pairs would cost seconds on every load, this costs microseconds and still changes
+    # whenever the task's code or levels do.
+    from adarl.tasks import arithmetic
+
+    digest = hashlib.sha256(inspect.getsource(arithmetic).encode())
+    digest.update(repr(arithmetic.DEFAULT_LEVELS).encode())
+    return "arithmetic:" + digest.hexdigest()[:16]
+
+
+def resolve_model_path(
+    name_or_path: str,
+    *,
+    cache_dir: str | Path | None = None,
+    tiny: TinyModelConfig | None = None,
+) -> str:
+    """A path or hub name `from_pretrained` understands; builds (once) and caches built-ins."""
+    if name_or_path not in BUILTIN_MODELS:
+        return name_or_path
+    if name_or_path != TINY_ARITHMETIC:
+        raise AssertionError(f"built-in {name_or_path!r} has no recipe")
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    tiny = tiny or TinyModelConfig()
+    return str(
+        build_tiny_model_dir(
+            tiny,
+            train_pairs=lambda: _arithmetic_pairs(tiny),
+            data_fingerprint=_arithmetic_fingerprint(),
+            cache_root=root,
+            name=name_or_path,
+        )
+    )
+
+
+def resolve_model_config(config: ModelConfig) -> str:
+    """`resolve_model_path` for a `ModelConfig`."""
+    config.validate()
+    return resolve_model_path(config.name_or_path, cache_dir=config.cache_dir, tiny=config.tiny)
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    """The tokenizer saved with a model directory or hub name; a built-in's own tokenizer."""
+    if name_or_path in BUILTIN_MODELS:
+        return build_char_tokenizer()  # identical to the saved copy; no model build needed
+    path = name_or_path
+    tokenizer_config = Path(path) / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        saved_class = json.loads(tokenizer_config.read_text()).get("tokenizer_class")
+        if saved_class in _PLAIN_FAST_TOKENIZER_CLASSES:
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load_policy(
+    name_or_path: str,
+    *,
+    cache_dir: str | Path | None = None,
+    tiny: TinyModelConfig | None = None,
+    dtype: str = "float32",
+) -> Policy:
+    """Load model and tokenizer the way a cluster does (`AutoModelForCausalLM`), in eval mode."""
+    path = resolve_model_path(name_or_path, cache_dir=cache_dir, tiny=tiny)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    model.eval()
+    return Policy(model=model, tokenizer=load_tokenizer(path), path=path)
+
+
+def build_policy(config: ModelConfig) -> Policy:
+    config.validate()
+    return load_policy(
+        config.name_or_path, cache_dir=config.cache_dir, tiny=config.tiny, dtype=config.dtype
+    )

@@ -1,0 +1,277 @@
+"""The transformers engine: batched sampling with a KV cache and per-token log-probabilities.
+
+A hand-written decode loop instead of `model.generate`, for three reasons: every sample gets its
+own seeded `torch.Generator` (so a sample does not depend on its batch neighbours' random draws),
+the log-probability of each sampled token is read from the same logits that produced it (raw
+policy, temperature 1: see `adarl.rollout.common`), and finish reasons are exact.
+
+Sampling per step: logits → /temperature → top-k → top-p → probabilities → the exponential-race
+draw `argmax(p / q)`, q ~ Exp(1) from the sample's generator (an exact draw from p, also what
+vLLM's sampler does). Temperature 0 is greedy (argmax of the raw logits).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
+
+from adarl.models.loading import load_tokenizer
+from adarl.rollout.common import (
+    check_weight_names,
+    sample_seed,
+    validate_requests,
+    validate_score_inputs,
+)
+from adarl.types import (
+    Completion,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+)
+
+
+@dataclass
+class _Row:
+    """One sequence being sampled: sample `sample_index` of request `request_index`."""
+
+    request_index: int
+    sample_index: int
+    prompt: tuple[int, ...]
+    sampling: SamplingParams
+    budget: int  # new tokens allowed (max_new_tokens capped by the model length)
+    generator: torch.Generator
+    tokens: list[int]
+    logprobs: list[float]
+    finish: FinishReason | None = None
+
+
+class HFEngine:
+    """`RolloutEngine` over a transformers causal LM (CPU or one GPU)."""
+
+    def __init__(
+        self,
+        *,
+        model_path: str,
+        dtype: str = "float32",
+        device: str = "cpu",
+        max_model_len: int | None = None,
+        max_batch_sequences: int = 256,
+        num_threads: int | None = 1,
+    ) -> None:
+        """`model_path`: a directory or hub name (resolve built-ins with `resolve_model_path`).
+        `max_model_len`: longest prompt + response; default the model's max positions.
+        `max_batch_sequences`: sequences decoded together (bounds memory).
+        `num_threads`: torch CPU threads for this process (None leaves the setting alone)."""
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        if max_batch_sequences < 1:
+            raise ValueError(f"max_batch_sequences must be >= 1, got {max_batch_sequences}")
+        self._device = torch.device(device)
+        self._model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        self._model.to(self._device).eval()
+        self._tokenizer: PreTrainedTokenizerBase = load_tokenizer(model_path)
+        positions = int(getattr(self._model.config, "max_position_embeddings", 1 << 30))
+        self._max_model_len = min(max_model_len or positions, positions)
+        self._max_batch_sequences = max_batch_sequences
+        eos = self._model.generation_config.eos_token_id
+        if eos is None:
+            eos = self._tokenizer.eos_token_id
+        self._eos_token_ids: frozenset[int] = frozenset(
+            eos if isinstance(eos, list) else [] if eos is None else [eos]
+        )
+        self._pad_token_id = int(
+            self._tokenizer.pad_token_id
+            if self._tokenizer.pad_token_id is not None
+            else next(iter(self._eos_token_ids), 0)
+        )
+        self._version = 0
+        self._samples = 0
+        self._tokens = 0
+        self._busy_s = 0.0
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._model
+
+    # -- RolloutEngine -----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        validate_requests(requests, max_model_len=self._max_model_len)
+        start = time.perf_counter()
+        rows = [
+            _Row(
+                request_index=r,
+                sample_index=i,
+                prompt=request.prompt_token_ids,
+                sampling=request.sampling,
+                budget=min(
+                    request.sampling.max_new_tokens,
+                    self._max_model_len - len(request.prompt_token_ids),
+                ),
+                generator=torch.Generator(device=self._device).manual_seed(
+                    sample_seed(request.seed, i)
+                ),
+                tokens=[],
+                logprobs=[],
+            )
+            for r, request in enumerate(requests)
+            for i in range(request.num_samples)
+        ]
+        for chunk_start in range(0, len(rows), self._max_batch_sequences):
+            self._decode(rows[chunk_start : chunk_start + self._max_batch_sequences])
+        completions: list[list[Completion]] = [[] for _ in requests]
+        for row in rows:
+            assert row.finish is not None
+            completions[row.request_index].append(
+                Completion(
+                    token_ids=tuple(row.tokens),
+                    logprobs=tuple(row.logprobs),
+                    finish_reason=row.finish,
+                    text=self._tokenizer.decode(row.tokens, skip_special_tokens=True),
+                )
+            )
+            self._tokens += len(row.tokens)
+        self._samples += len(rows)
+        self._busy_s += time.perf_counter() - start
+        return [
+            GenerationResult(
+                request_id=request.request_id,
+                completions=tuple(completions[r]),
+                weight_version=self._version,
+            )
+            for r, request in enumerate(requests)
+        ]
+
+    @torch.inference_mode()
+    def score(
+        self, prompt_token_ids: Sequence[Sequence[int]], response_token_ids: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        validate_score_inputs(
+            prompt_token_ids, response_token_ids, max_model_len=self._max_model_len
+        )
+        scores: list[list[float]] = []
+        pairs = list(zip(prompt_token_ids, response_token_ids, strict=True))
+        for chunk_start in range(0, len(pairs), self._max_batch_sequences):
+            chunk = pairs[chunk_start : chunk_start + self._max_batch_sequences]
+            length = max(len(p) + len(r) for p, r in chunk)
+            input_ids = torch.full((len(chunk), length), self._pad_token_id, dtype=torch.long)
+            attention_mask = torch.zeros((len(chunk), length), dtype=torch.long)
+            for row, (prompt, response) in enumerate(chunk):
+                sequence = list(prompt) + list(response)
+                input_ids[row, : len(sequence)] = torch.tensor(sequence)
+                attention_mask[row, : len(sequence)] = 1
+            logits = self._model(
+                input_ids=input_ids.to(self._device),
+                attention_mask=attention_mask.to(self._device),
+            ).logits.float()
+            logprobs = torch.log_softmax(logits, dim=-1).cpu()
+            for row, (prompt, response) in enumerate(chunk):
+                # Token at position t is scored by the logits at t - 1.
+                positions = torch.arange(len(prompt) - 1, len(prompt) + len(response) - 1)
+                targets = torch.tensor(list(response), dtype=torch.long)
+                scores.append(logprobs[row, positions, targets].tolist())
+        return scores
+
+    def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        state = self._model.state_dict()
+        tied = ["lm_head.weight"] if self._model.config.tie_word_embeddings else []
+        check_weight_names(state.keys(), weights.keys(), optional=tied)
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                if name in state:
+                    state[name].copy_(tensor.detach())
+        self._version = int(version)
+
+    def weight_version(self) -> int:
+        return self._version
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "perf/rollout_samples_total": float(self._samples),
+            "perf/rollout_tokens_total": float(self._tokens),
+            "timing/rollout_busy_s": self._busy_s,
+        }
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    def _decode(self, rows: list[_Row]) -> None:
+        """Sample `rows` to completion in one KV-cached batch (prompts left-padded)."""
+        batch = len(rows)
+        prompt_len = max(len(row.prompt) for row in rows)
+        input_ids = torch.full((batch, prompt_len), self._pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch, prompt_len), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, prompt_len - len(row.prompt) :] = torch.tensor(row.prompt)
+            attention_mask[i, prompt_len - len(row.prompt) :] = 1
+        input_ids, attention_mask = input_ids.to(self._device), attention_mask.to(self._device)
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        temperature = torch.tensor([row.sampling.temperature for row in rows], device=self._device)
+        past = None
+        for _ in range(max(row.budget for row in rows)):
+            output = self._model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past,
+                use_cache=True,
+            )
+            past = output.past_key_values
+            logits = output.logits[:, -1, :].float()
+            next_tokens = self._sample(logits, rows, temperature)
+            raw_logprobs = torch.log_softmax(logits, dim=-1)
+            chosen = raw_logprobs.gather(1, next_tokens[:, None])[:, 0].tolist()
+            for i, row in enumerate(rows):
+                if row.finish is not None:
+                    continue
+                token = int(next_tokens[i])
+                row.tokens.append(token)
+                row.logprobs.append(chosen[i])
+                if token in self._eos_token_ids or token in row.sampling.stop_token_ids:
+                    row.finish = FinishReason.STOP
+                elif len(row.tokens) >= row.budget:
+                    row.finish = FinishReason.LENGTH
+            if all(row.finish is not None for row in rows):
+                break
+            input_ids = next_tokens[:, None]
+            position_ids = position_ids[:, -1:] + 1
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], 1)
+
+    def _sample(
+        self, logits: torch.Tensor, rows: list[_Row], temperature: torch.Tensor
+    ) -> torch.Tensor:
+        greedy = temperature == 0
+        scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
+        vocab = scaled.shape[-1]
+        top_k = torch.tensor(
+            [row.sampling.top_k if 0 < row.sampling.top_k < vocab else vocab for row in rows],
+            device=scaled.device,
+        )
+        if bool((top_k < vocab).any()):
+            kth = scaled.sort(dim=-1, descending=True).values.gather(1, (top_k - 1)[:, None])
+            scaled = scaled.masked_fill(scaled < kth, -torch.inf)
+        probs = torch.softmax(scaled, dim=-1)
+        top_p = torch.tensor([row.sampling.top_p for row in rows], device=scaled.device)
+        if bool((top_p < 1).any()):
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            # Drop a token once the mass strictly before it already reaches top_p.
+            drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p[:, None]
+            drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+            probs = probs.masked_fill(drop, 0.0)
+        noise = torch.stack(
+            [
+                torch.empty(vocab, device=scaled.device).exponential_(generator=row.generator)
+                for row in rows
+            ]
+        )
+        sampled = (probs / noise).argmax(dim=-1)
+        return torch.where(greedy, logits.argmax(dim=-1), sampled)

