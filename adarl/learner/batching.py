@@ -1,0 +1,117 @@
+"""How a TrainBatch is cut: across data-parallel ranks, then into micro-batches by a token budget.
+
+Both cuts are deterministic functions of the sequence lengths, so the group can compute every
+rank's number of micro-batches without asking the ranks (all ranks must run the same number of
+forward/backward passes: ZeRO-2/3 reduce gradients and ZeRO-3 gathers parameters collectively in
+every one of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from adarl.types import TrainBatch
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """Whole-batch normalisers of the loss (adarl.algo.loss): the same on every rank."""
+
+    num_tokens: int  # response tokens
+    num_sequences: int  # sequences with at least one response token
+
+    @staticmethod
+    def of(batch: TrainBatch) -> BatchCounts:
+        response_lengths = batch.response_mask.sum(dim=1)
+        return BatchCounts(
+            num_tokens=int(response_lengths.sum()),
+            num_sequences=int((response_lengths > 0).sum()),
+        )
+
+
+def sequence_lengths(batch: TrainBatch) -> list[int]:
+    """Real (unpadded) length of each sequence, prompt included."""
+    return [int(n) for n in batch.attention_mask.sum(dim=1)]
+
+
+def split_across_ranks(lengths: Sequence[int], world_size: int) -> list[list[int]]:
+    """Row indices per rank, balancing tokens: longest sequence first onto the lightest rank.
+
+    Ties break by rank index and original order, so the split is deterministic. A rank may get
+    no rows when there are fewer sequences than ranks.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    loads = [0] * world_size
+    shards: list[list[int]] = [[] for _ in range(world_size)]
+    for i in order:
+        rank = min(range(world_size), key=lambda r: (loads[r], r))
+        shards[rank].append(i)
+        loads[rank] += lengths[i]
+    return [sorted(shard) for shard in shards]
+
+
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Row indices per micro-batch so that rows × longest row ≤ `max_tokens` (the padded size).
+
+    Rows are packed longest first, which keeps padding low; a row longer than the budget gets a
+    micro-batch of its own (it cannot be split: a sequence is the unit of the loss).
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    micro_batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]
+        if current and (len(current) + 1) * longest > max_tokens:
+            micro_batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        micro_batches.append(current)
+    return micro_batches
+
+
+def shard_batch(batch: TrainBatch, world_size: int) -> list[TrainBatch]:
+    """`split_across_ranks` applied to a batch (each shard trimmed to its longest row)."""
+    return [
+        batch.select(torch.tensor(rows, dtype=torch.long))
+        for rows in split_across_ranks(sequence_lengths(batch), world_size)
+    ]
+
+
+def max_micro_batches(shards: Sequence[TrainBatch], max_tokens: int) -> int:
+    """The number of micro-batches every rank runs: the most any shard needs (at least 1)."""
+    return max([1, *(len(plan_micro_batches(sequence_lengths(s), max_tokens)) for s in shards)])
+
+
+def validate_train_batch(batch: TrainBatch) -> None:
+    """Shapes and masks the learner relies on; raises ValueError naming the field."""
+    b, t = batch.input_ids.shape
+    for name in ("attention_mask", "response_mask", "behaviour_logprobs", "advantages"):
+        shape = tuple(getattr(batch, name).shape)
+        if shape != (b, t):
+            raise ValueError(f"TrainBatch.{name} has shape {shape}, expected ({b}, {t})")
+    if tuple(batch.prompt_index.shape) != (b,):
+        raise ValueError(f"TrainBatch.prompt_index has shape {tuple(batch.prompt_index.shape)}")
+    if b == 0 or not bool(batch.response_mask.any()):
+        raise ValueError(
+            "TrainBatch has no response tokens; the group builder must keep at least one group"
+        )
+    if bool((batch.response_mask & ~batch.attention_mask).any()):
+        raise ValueError("TrainBatch.response_mask is True on padding (attention_mask False)")
+    if t and bool(batch.response_mask[:, 0].any()):
+        raise ValueError(
+            "TrainBatch.response_mask is True at position 0: every sequence needs a prompt token "
+            "before its response (the first token has nothing to be predicted from)"
+        )
+    # Right padding: real tokens form a prefix of each row.
+    lengths = batch.attention_mask.sum(dim=1, keepdim=True)
+    positions = torch.arange(t).unsqueeze(0)
+    if not torch.equal(batch.attention_mask, positions < lengths):
+        raise ValueError("TrainBatch must be right-padded (attention_mask a prefix of each row)")

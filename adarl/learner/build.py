@@ -1,0 +1,59 @@
+"""Config → components: `build_learner_group` translates `LearnerConfig` into `LearnerGroup`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adarl.learner.group import LearnerGroup
+from adarl.learner.learner import PolicyLossSettings
+
+if TYPE_CHECKING:
+    from adarl.config.learner import LearnerConfig
+
+
+def policy_loss_settings(config: LearnerConfig) -> PolicyLossSettings:
+    loss = config.loss
+    return PolicyLossSettings(
+        aggregation=loss.aggregation,  # type: ignore[arg-type]  # validated by config
+        clip_low=loss.clip_low,
+        clip_high=loss.clip_high,
+        dual_clip=loss.dual_clip,
+        ratio_reference=loss.ratio_reference,
+        tis_cap=loss.tis_cap,
+        kl_coef=loss.kl_coef,
+        kl_estimator=loss.kl_estimator,  # type: ignore[arg-type]
+        entropy_coef=loss.entropy_coef,
+    )
+
+
+def build_learner_group(
+    config: LearnerConfig,
+    *,
+    model_path: str,
+    num_learners: int = 1,
+    in_process: bool = False,
+    cpus_per_learner: float = 1.0,
+    gpus_per_learner: float = 0.0,
+) -> LearnerGroup:
+    """Start `num_learners` learners on the policy at `model_path` (an HF model directory)."""
+    config.validate()
+    return LearnerGroup(
+        num_learners=num_learners,
+        in_process=in_process,
+        cpus_per_learner=cpus_per_learner,
+        gpus_per_learner=gpus_per_learner,
+        model_path=model_path,
+        zero_stage=config.zero_stage,
+        precision=config.precision,
+        learning_rate=config.learning_rate,
+        adam_betas=(config.adam_beta1, config.adam_beta2),
+        adam_eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+        lr_warmup_steps=config.lr_warmup_steps,
+        max_grad_norm=config.max_grad_norm,
+        max_tokens_per_micro_batch=config.max_tokens_per_micro_batch,
+        loss=policy_loss_settings(config),
+        reference_model_path=config.reference_model,
+        seed=config.seed,
+        device="cuda" if gpus_per_learner > 0 else "cpu",
+    )

@@ -1,0 +1,245 @@
+"""GPU weight sync: a broadcast group from learner rank 0 to the rollout engines, bucketed.
+
+Design (the usual one for colocated-free GPU RL, cf. OpenRLHF/verl's NCCL weight update):
+
+* One extra process group, separate from the learners' data-parallel group and from each
+  engine's own: rank 0 is learner rank 0, ranks 1..K are the K engines. It is created with its
+  own TCPStore at learner rank 0's address, so no process's default group is touched (vLLM and
+  DeepSpeed each own theirs).
+* Per push, bucket by bucket (`plan_buckets`, bounded by `bucket_size_bytes`): every learner rank
+  takes part in gathering the bucket's weights (ZeRO-3 all-gather), rank 0 packs them into one
+  flat device buffer per dtype and broadcasts those buffers; each engine receives into
+  preallocated buffers of the same layout and unpacks views. One collective per dtype per bucket,
+  not one per tensor. Layouts are computed by the driver from the weight names/shapes/dtypes and
+  sent to both sides, so nothing else needs to be agreed on.
+* When every bucket has arrived the engine calls its own `update_weights(version, weights)`, so
+  the engine protocol is unchanged (an engine may copy the device tensors into its own layout).
+
+The group works with backend "nccl" (GPUs; NCCL needs one distinct GPU per member) or "gloo"
+(CPU tensors, or CUDA tensors staged through the host; what the CPU tests use, and the fallback
+for a learner and an engine sharing one GPU).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from adarl.weight_sync.base import WeightSyncReport, call_on_engine, is_actor_handle, wait_all
+from adarl.weight_sync.buckets import (
+    BucketLayout,
+    empty_buffers,
+    flatten_bucket,
+    plan_buckets,
+    unflatten_bucket,
+)
+
+if TYPE_CHECKING:
+    from adarl.learner.group import LearnerGroup
+
+STORE_PREFIX = "adarl_weight_broadcast"
+
+
+def create_broadcast_group(
+    *,
+    master_addr: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    backend: str,
+    timeout_s: float,
+) -> Any:
+    """A standalone torch.distributed backend (not the default group); blocks until all join."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    store = dist.TCPStore(
+        master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout
+    )
+    prefixed = dist.PrefixStore(STORE_PREFIX, store)
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
+    if backend == "nccl":
+        if not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL"):
+            raise RuntimeError("weight_sync backend 'nccl' needs CUDA and a CUDA build of torch")
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
+    raise ValueError(f"broadcast backend must be 'nccl' or 'gloo', got {backend!r}")
+
+
+def broadcast_buffers(group: Any, buffers: Sequence[torch.Tensor]) -> None:
+    """Broadcast every buffer in place from rank 0 of `group`."""
+    import torch.distributed as dist
+
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    for buffer in buffers:
+        group.broadcast([buffer], options).wait()
+
+
+class WeightBroadcastSender:
+    """Learner rank 0's end: packs and broadcasts buckets."""
+
+    def __init__(self, *, group: Any, device: torch.device) -> None:
+        self._group = group
+        self._device = device
+
+    def send(self, layout: BucketLayout, tensors: dict[str, torch.Tensor]) -> None:
+        broadcast_buffers(self._group, flatten_bucket(layout, tensors, device=self._device))
+
+
+class WeightBroadcastReceiver:
+    """An engine's end: receives buckets into fresh buffers and returns named views."""
+
+    def __init__(self, *, group: Any, device: torch.device) -> None:
+        self._group = group
+        self._device = device
+
+    def receive(self, layouts: Sequence[BucketLayout]) -> dict[str, torch.Tensor]:
+        weights: dict[str, torch.Tensor] = {}
+        for layout in layouts:
+            buffers = empty_buffers(layout, device=self._device)
+            broadcast_buffers(self._group, buffers)
+            weights.update(unflatten_bucket(layout, buffers))
+        return weights
+
+
+# Receivers living in this (engine) process, by group name: the engine object itself stays
+# untouched, and a process can serve several groups (e.g. after a learner restart).
+_RECEIVERS: dict[str, WeightBroadcastReceiver] = {}
+
+
+def join_broadcast_group(
+    _engine: Any,
+    group_name: str,
+    master_addr: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    backend: str,
+    timeout_s: float,
+    device: str,
+) -> None:
+    """Engine side of set-up (runs in the engine's process via `call_on_engine`)."""
+    group = create_broadcast_group(
+        master_addr=master_addr,
+        master_port=master_port,
+        rank=rank,
+        world_size=world_size,
+        backend=backend,
+        timeout_s=timeout_s,
+    )
+    _RECEIVERS[group_name] = WeightBroadcastReceiver(group=group, device=torch.device(device))
+
+
+def receive_broadcast(
+    engine: Any, group_name: str, version: int, layouts: Sequence[BucketLayout]
+) -> int:
+    """Engine side of a push: receive every bucket, load them, return the engine's version."""
+    receiver = _RECEIVERS.get(group_name)
+    if receiver is None:
+        raise RuntimeError(f"this engine process has not joined weight broadcast {group_name!r}")
+    engine.update_weights(version, receiver.receive(layouts))
+    return int(engine.weight_version())
+
+
+class BroadcastWeightSync:
+    """`WeightSync` for GPU clusters: learner rank 0 broadcasts to engine actors (module doc).
+
+    `engines` must be Ray actor handles (each engine in its own process). The group is created on
+    the first push. `engine_device` is where engines receive ("cuda" = their current GPU).
+    """
+
+    def __init__(
+        self,
+        *,
+        engines: Sequence[Any],
+        bucket_size_bytes: int = 64 * 1024 * 1024,
+        backend: str = "nccl",
+        timeout_s: float = 600.0,
+        engine_device: str = "cuda",
+    ) -> None:
+        if not engines:
+            raise ValueError("weight sync needs at least one engine")
+        if not all(is_actor_handle(e) for e in engines):
+            raise ValueError(
+                "BroadcastWeightSync needs every engine as a Ray actor (its own process); use "
+                "ObjectStoreWeightSync for in-process engines"
+            )
+        self._engines = list(engines)
+        self._bucket_size_bytes = bucket_size_bytes
+        self._backend = backend
+        self._timeout_s = timeout_s
+        self._engine_device = engine_device
+        self._group_name: str | None = None
+        self._last: WeightSyncReport | None = None
+
+    def _setup(self, learners: LearnerGroup) -> str:
+        from adarl.learner.learner import Learner
+
+        address, port = learners.rendezvous_address()
+        world_size = 1 + len(self._engines)
+        group_name = f"{STORE_PREFIX}_{address}_{port}"
+        futures = [
+            learners.rank0_submit(
+                Learner.init_weight_broadcast,
+                master_addr=address,
+                master_port=port,
+                world_size=world_size,
+                backend=self._backend,
+                timeout_s=self._timeout_s,
+            ),
+            *(
+                call_on_engine(
+                    engine,
+                    join_broadcast_group,
+                    group_name,
+                    address,
+                    port,
+                    rank,
+                    world_size,
+                    self._backend,
+                    self._timeout_s,
+                    self._engine_device,
+                )
+                for rank, engine in enumerate(self._engines, start=1)
+            ),
+        ]
+        wait_all(futures)
+        return group_name
+
+    def push(self, learners: LearnerGroup) -> WeightSyncReport:
+        from adarl.learner.learner import Learner
+
+        start = time.perf_counter()
+        if self._group_name is None:
+            self._group_name = self._setup(learners)
+        joined = time.perf_counter()
+        version = learners.weight_version().version
+        layouts = plan_buckets(learners.weight_infos(), self._bucket_size_bytes)
+        engine_futures = [
+            call_on_engine(engine, receive_broadcast, self._group_name, version, layouts)
+            for engine in self._engines
+        ]
+        wait_all(learners.all_ranks_submit(Learner.broadcast_weights, layouts))
+        versions = wait_all(engine_futures)
+        if any(v != version for v in versions):
+            raise RuntimeError(f"engines report weight versions {versions} after loading {version}")
+        done = time.perf_counter()
+        self._last = WeightSyncReport(
+            version=version,
+            num_bytes=sum(layout.num_bytes for layout in layouts),
+            num_buckets=len(layouts),
+            gather_s=0.0,  # gathering and broadcasting overlap bucket by bucket
+            transfer_s=done - joined,
+            total_s=done - start,
+        )
+        return self._last
+
+    def metrics(self) -> dict[str, float]:
+        return self._last.metrics() if self._last is not None else {}

@@ -1,0 +1,117 @@
+"""Batch cutting (ranks, micro-batches), batch validation and weight buckets: pure functions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adarl.learner.batching import (
+    BatchCounts,
+    plan_micro_batches,
+    shard_batch,
+    split_across_ranks,
+    validate_train_batch,
+)
+from adarl.learner.synthetic import synthetic_train_batch
+from adarl.types import TrainBatch
+from adarl.weight_sync.buckets import flatten_bucket, plan_buckets, unflatten_bucket
+
+from .conftest import small_batch
+
+
+def test_split_balances_tokens_and_covers_every_row_once() -> None:
+    lengths = [10, 9, 8, 3, 2, 2, 1]
+    shards = split_across_ranks(lengths, 2)
+    # Longest first onto the lighter rank: 10→r0, 9→r1, 8→r1 (9<10), 3→r0 (10<17), 2→r0, 2→r0
+    # (15<17? 10+3+2=15 < 17 → r0 → 17), then 1 → r0 (17 = 17, tie → lower rank).
+    assert shards == [[0, 3, 4, 5, 6], [1, 2]]
+    assert sorted(i for s in shards for i in s) == list(range(len(lengths)))
+    # More ranks than rows: some ranks get nothing.
+    assert split_across_ranks([4], 3) == [[0], [], []]
+
+
+def test_micro_batches_respect_the_token_budget() -> None:
+    lengths = [7, 3, 5, 5, 2, 9]
+    plan = plan_micro_batches(lengths, max_tokens=12)
+    # Sorted: 9 | 7 | 5 5 (2×5=10 ≤ 12; a third would be 15) | 3 2 (2×3=6)
+    assert plan == [[5], [0], [2, 3], [1, 4]]
+    for rows in plan:
+        assert len(rows) * max(lengths[i] for i in rows) <= 12
+    # A row longer than the budget travels alone.
+    assert plan_micro_batches([20, 1], max_tokens=8) == [[0], [1]]
+
+
+def test_batch_counts_and_shards_keep_every_response_token() -> None:
+    batch = small_batch()
+    counts = BatchCounts.of(batch)
+    assert counts.num_tokens == int(batch.response_mask.sum())
+    assert counts.num_sequences == batch.num_sequences
+    shards = shard_batch(batch, 3)
+    assert sum(BatchCounts.of(s).num_tokens for s in shards) == counts.num_tokens
+    assert sum(s.num_sequences for s in shards) == batch.num_sequences
+
+
+def _valid_batch() -> TrainBatch:
+    return synthetic_train_batch(
+        num_prompts=1,
+        samples_per_prompt=2,
+        prompt_length=(2, 2),
+        response_length=(2, 3),
+        vocab_size=20,
+        seed=0,
+    )
+
+
+def test_validation_names_the_broken_field() -> None:
+    validate_train_batch(_valid_batch())
+    broken = _valid_batch()
+    broken.response_mask[:, 0] = True
+    broken.attention_mask[:, 0] = True
+    with pytest.raises(ValueError, match="position 0"):
+        validate_train_batch(broken)
+    broken = _valid_batch()
+    broken.advantages = broken.advantages[:, :-1]
+    with pytest.raises(ValueError, match="advantages has shape"):
+        validate_train_batch(broken)
+    broken = _valid_batch()
+    broken.response_mask[:] = False
+    with pytest.raises(ValueError, match="no response tokens"):
+        validate_train_batch(broken)
+    broken = _valid_batch()
+    broken.attention_mask[0, 0] = False  # a hole: not right-padded
+    broken.response_mask[0, 0] = False
+    with pytest.raises(ValueError, match="right-padded"):
+        validate_train_batch(broken)
+
+
+class _Spec:
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.name, self.shape, self.dtype = name, shape, dtype
+
+    @property
+    def num_bytes(self) -> int:
+        return int(torch.empty(self.shape, dtype=self.dtype).nbytes)
+
+
+def test_buckets_are_bounded_and_round_trip() -> None:
+    specs = [
+        _Spec("a", (4, 4), torch.float32),  # 64 B
+        _Spec("b", (8,), torch.bfloat16),  # 16 B
+        _Spec("c", (10,), torch.float32),  # 40 B
+        _Spec("big", (50,), torch.float32),  # 200 B > bound: alone
+        _Spec("d", (2,), torch.int64),  # 16 B
+    ]
+    layouts = plan_buckets(specs, bucket_size_bytes=128)
+    # a+b = 80, +c = 120 ≤ 128 | big alone | d
+    assert [layout.names for layout in layouts] == [["a", "b", "c"], ["big"], ["d"]]
+    assert [layout.num_bytes for layout in layouts] == [120, 200, 16]
+    generator = torch.Generator().manual_seed(0)
+    tensors = {s.name: (torch.randn(s.shape, generator=generator) * 100).to(s.dtype) for s in specs}
+    for layout in layouts:
+        buffers = flatten_bucket(layout, tensors, device=torch.device("cpu"))
+        assert len(buffers) == len({tensors[n].dtype for n in layout.names})  # one per dtype
+        restored = unflatten_bucket(layout, buffers)
+        for name in layout.names:
+            assert torch.equal(restored[name], tensors[name])
+    with pytest.raises(ValueError, match="bucket plan says"):
+        flatten_bucket(layouts[0], {**tensors, "a": tensors["a"].T[:2]}, device=torch.device("cpu"))

@@ -1,0 +1,35 @@
+"""A lone in-process learner shares a one-process torch.distributed world someone else made.
+
+An in-process vLLM engine initialises such a world and never tears it down; the learner must then
+run on it (in-process mode puts engines and the learner in one process) and leave it in place.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+
+from adarl.learner import LearnerGroup
+from adarl.learner.learner import free_port
+
+from .conftest import small_batch
+
+
+@pytest.mark.slow
+def test_learner_shares_an_existing_one_process_world(tiny_policy_dir: str) -> None:
+    assert not dist.is_initialized()
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        group = LearnerGroup(in_process=True, model_path=tiny_policy_dir, zero_stage=3)
+        try:
+            result = group.train_step(small_batch())
+        finally:
+            group.shutdown()
+        assert result.grad_norm > 0
+        assert dist.is_initialized()  # not the learner's to destroy
+        with pytest.raises(ValueError, match="one learner"):
+            LearnerGroup(in_process=True, num_learners=2, model_path=tiny_policy_dir)
+    finally:
+        dist.destroy_process_group()
