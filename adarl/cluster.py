@@ -23,6 +23,7 @@ ACTOR_ENV_VARS: dict[str, str] = {
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "TORCHDYNAMO_DISABLE": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",  # per-request INFO lines drown the run's own progress
 }
 
 

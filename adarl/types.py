@@ -15,10 +15,12 @@ Ray's object store. Only `TrainBatch` holds tensors. Token-level conventions use
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported lazily so that config validation stays fast
+    import torch
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ class TrainBatch:
     behaviour_logprobs: torch.Tensor  # [B, T] float, engine log-probs at response positions
     advantages: torch.Tensor  # [B, T] float, per-token weight (0 outside the response)
     prompt_index: torch.Tensor  # [B] long, which prompt (group) each sequence belongs to
-    weight_versions: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    weight_versions: torch.Tensor | None = None  # [B] long, policy version of each sequence
 
     @property
     def num_sequences(self) -> int:
@@ -152,6 +154,8 @@ class TrainBatch:
 
     def select(self, index: torch.Tensor | Sequence[int]) -> TrainBatch:
         """Rows `index` of the batch, trimmed to their longest sequence."""
+        import torch
+
         index = torch.as_tensor(index, dtype=torch.long)
         length = int(self.attention_mask[index].sum(dim=1).max()) if len(index) else 0
         return TrainBatch(
@@ -161,7 +165,7 @@ class TrainBatch:
             behaviour_logprobs=self.behaviour_logprobs[index, :length],
             advantages=self.advantages[index, :length],
             prompt_index=self.prompt_index[index],
-            weight_versions=self.weight_versions[index] if len(self.weight_versions) else self.weight_versions,
+            weight_versions=(None if self.weight_versions is None else self.weight_versions[index]),
         )
 
     @staticmethod
@@ -187,6 +191,8 @@ class TrainBatch:
         prompt_index: Sequence[int],
         pad_token_id: int,
     ) -> TrainBatch:
+        import torch
+
         lengths = [
             len(s.rollout.prompt_token_ids) + len(s.rollout.completion.token_ids) for s in rollouts
         ]

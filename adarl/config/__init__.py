@@ -1,0 +1,126 @@
+"""The one source of truth for configuration: structured dataclasses, registered with Hydra.
+
+Each area documents its fields once, in its own module's docstring:
+
+| key | schema | module |
+|---|---|---|
+| `model` | `ModelConfig` | adarl/config/model.py |
+| `task` | `TaskConfig` | adarl/config/tasks.py |
+| `reward` | `RewardConfig` | adarl/config/reward.py |
+| `rollout` | `RolloutConfig` | adarl/config/rollout.py |
+| `allocator` | `AllocatorConfig` | adarl/config/allocator.py |
+| `learner` | `LearnerConfig` | adarl/config/learner.py |
+| `logger` | `LoggerConfig` | adarl/config/logger.py |
+| `checkpoint` | `CheckpointConfig` | adarl/config/checkpoint.py |
+| `trainer`, `eval`, `cluster` | `TrainerConfig`, ... | adarl/config/run.py |
+
+YAML files under `adarl/conf/` hold only overrides of these defaults. Unknown keys fail when
+Hydra composes the config (the schemas are structured); `AdarlConfig.validate()` then checks
+values and combinations before any actor starts. Nothing here imports torch or Ray, so an
+invalid config fails in about a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from adarl.config.allocator import AllocatorConfig
+from adarl.config.checkpoint import CheckpointConfig
+from adarl.config.learner import LearnerConfig
+from adarl.config.logger import LoggerConfig
+from adarl.config.model import ModelConfig
+from adarl.config.reward import RewardConfig
+from adarl.config.rollout import RolloutConfig
+from adarl.config.run import ClusterConfig, EvalConfig, TrainerConfig
+from adarl.config.tasks import TaskConfig
+
+__all__ = [
+    "AdarlConfig",
+    "AllocatorConfig",
+    "CheckpointConfig",
+    "ClusterConfig",
+    "EvalConfig",
+    "LearnerConfig",
+    "LoggerConfig",
+    "ModelConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "TaskConfig",
+    "TrainerConfig",
+]
+
+
+@dataclass
+class AdarlConfig:
+    """Root config. `name` labels the run (experiments set it); `seed` seeds everything."""
+
+    name: str = "custom"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def validate(self) -> None:
+        """Static validation: every area, then the combinations no single area can see."""
+        for area in (
+            self.model,
+            self.task,
+            self.reward,
+            self.rollout,
+            self.allocator,
+            self.learner,
+            self.logger,
+            self.checkpoint,
+            self.trainer,
+            self.eval,
+            self.cluster,
+        ):
+            area.validate()
+        validate_combinations(self)
+
+
+def validate_combinations(config: AdarlConfig) -> None:
+    alloc = config.allocator
+    group = alloc.group
+    if alloc.sampler == "seq_balance" and group.advantage == "pool" and group.group_size:
+        if group.group_size % 2:
+            raise ValueError(
+                f"allocator.group.group_size={group.group_size} is odd but sampler=seq_balance "
+                "keeps balanced groups of n/2 positives and n/2 negatives; use an even "
+                "group_size (e.g. 4)"
+            )
+        quota = min(alloc.sequential.k_pos, alloc.sequential.k_neg)
+        if alloc.sequential.mode == "streaming" and group.group_size // 2 > quota:
+            raise ValueError(
+                f"allocator.group.group_size={group.group_size} needs {group.group_size // 2} "
+                f"positives and negatives but the stopping rule only waits for k_pos="
+                f"{alloc.sequential.k_pos}, k_neg={alloc.sequential.k_neg}; set "
+                f"allocator.sequential.k_pos and k_neg to at least {group.group_size // 2}"
+            )
+    if group.advantage == "pool" and group.correction == "selection" and group.group_size is None:
+        raise ValueError(
+            "allocator.group.correction=selection needs a fixed allocator.group.group_size "
+            "(the correction is defined for downsampled groups of size n)"
+        )
+    if group.advantage != "pool" and group.correction != "none":
+        raise ValueError(
+            f"allocator.group.correction={group.correction!r} applies to pooled advantages "
+            f"(allocator.group.advantage=pool) but advantage={group.advantage!r}; set "
+            "allocator.group.correction=none or allocator.group.advantage=pool"
+        )
+    if (
+        config.model.is_builtin
+        and config.eval.max_new_tokens > config.model.tiny.max_position_embeddings
+    ):
+        raise ValueError(
+            f"eval.max_new_tokens={config.eval.max_new_tokens} exceeds the model's "
+            f"max_position_embeddings={config.model.tiny.max_position_embeddings}"
+        )

@@ -6,9 +6,9 @@ Which verifier scores an example is the task's choice (`task.verifier`, stamped 
 `RewardConfig`
     num_workers: threads of the `RewardPool` (verifiers run concurrently; the code verifier's
         candidate programs run in subprocesses, one per busy thread).
-    timeout_s: backstop per response: a verifier still running after this long is abandoned, the
-        response gets reward 0 and counts in `reward/timeouts`. Must exceed the verifiers' own
-        limits (`code.total_timeout_s`).
+    timeout_s: backstop per response: a verifier still running after this long is abandoned,
+        the response gets reward 0 and counts in `sampling/reward_timeouts`. Must exceed the
+        verifiers' own limits (`code.total_timeout_s`).
     exact_match: `ExactMatchConfig` (the "arithmetic" and "exact_match" verifiers).
     math: `MathConfig` (the "math" verifier, math-verify on `\\boxed{...}` answers).
     code: `CodeConfig` (the "code" verifier: candidate programs in a subprocess sandbox).

@@ -15,7 +15,7 @@
     fields: which columns hold the example's parts (`FieldsConfig`).
     on_bad_row: "error" stops at the first bad row with a message naming the file, the row and
         the problem; "skip" drops bad rows and counts them per problem
-        (`data/rows_skipped/<problem>` in the source's metrics).
+        (`sampling/data_rows_skipped_<problem>` in the source's metrics).
     max_prompt_chars: a longer prompt (in characters) is a bad row.
     shuffle: visit the prompts in a seeded random order, reshuffled every epoch (else file order).
     seed: seed of that order.

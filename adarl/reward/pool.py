@@ -3,10 +3,10 @@
 Verifiers run on `num_workers` daemon threads (light verifiers release the GIL rarely but are
 fast; the code verifier spends its time waiting on sandbox subprocesses). Each verification:
 
-* that raises → reward 0, the exception as its error (`reward/verifier_exceptions`);
-* that runs past `timeout_s` → reward 0, a timeout error (`reward/timeouts`); its thread is
+* that raises → reward 0, the exception as its error (`sampling/reward_verifier_exceptions`);
+* that runs past `timeout_s` → reward 0, a timeout error (`sampling/reward_timeouts`); its thread is
   abandoned (a Python thread cannot be killed) and replaced, so the pool keeps `num_workers`
-  live workers; `reward/stuck_threads` shows abandoned threads still running.
+  live workers; `sampling/reward_stuck_threads` shows abandoned threads still running.
 
 The verifier of a rollout is chosen by its example's `task` (an example with an empty `task` uses
 the only verifier, if there is exactly one).
@@ -211,12 +211,12 @@ class RewardPool:
             stats, self._stats = self._stats, _Stats()
             stuck = sum(t.is_alive() for t in self._abandoned)
         return {
-            "reward/mean": stats.reward_sum / stats.responses if stats.responses else 0.0,
-            "reward/responses": float(stats.responses),
-            "reward/errors": float(stats.errors),
-            "reward/timeouts": float(stats.timeouts),
-            "reward/verifier_exceptions": float(stats.exceptions),
-            "reward/stuck_threads": float(stuck),
+            "signal/reward_mean": stats.reward_sum / stats.responses if stats.responses else 0.0,
+            "sampling/reward_responses": float(stats.responses),
+            "sampling/reward_errors": float(stats.errors),
+            "sampling/reward_timeouts": float(stats.timeouts),
+            "sampling/reward_verifier_exceptions": float(stats.exceptions),
+            "sampling/reward_stuck_threads": float(stuck),
             "timing/reward_s": stats.wall_s,
             "timing/reward_slowest_s": stats.slowest_s,
         }

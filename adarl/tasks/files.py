@@ -5,7 +5,7 @@ records (`"reward_model.ground_truth"`, `"prompt.0.content"`), an exact column n
 dotted reading. Every row is validated while loading; a bad row either stops the load with a
 `BadRowError` naming the file, the row, the problem and the config key to change
 (`on_bad_row="error"`), or is dropped and counted per problem (`on_bad_row="skip"`; the counts
-reach the source's metrics as `data/rows_skipped/<problem>`).
+reach the source's metrics as `sampling/data_rows_skipped_<problem>`).
 
 Rows are numbered as a person looking at the file would: JSON Lines by 1-based line number,
 Parquet and `datasets` by 0-based row index. Default prompt ids are `<file name>:<that number>`.

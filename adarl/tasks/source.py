@@ -138,11 +138,11 @@ class PromptSource:
 
     def metrics(self) -> dict[str, float]:
         metrics = {
-            "data/epoch": float(self._epoch),
-            "data/epoch_progress": self._position / len(self._examples),
-            "data/num_examples": float(len(self._examples)),
-            "data/rows_skipped": float(sum(self._rows_skipped.values())),
+            "sampling/data_epoch": float(self._epoch),
+            "sampling/data_epoch_progress": self._position / len(self._examples),
+            "sampling/data_num_examples": float(len(self._examples)),
+            "sampling/data_rows_skipped": float(sum(self._rows_skipped.values())),
         }
         for problem, count in sorted(self._rows_skipped.items()):
-            metrics[f"data/rows_skipped/{problem}"] = float(count)
+            metrics[f"sampling/data_rows_skipped_{problem}"] = float(count)
         return metrics

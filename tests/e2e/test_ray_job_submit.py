@@ -125,8 +125,9 @@ def stop_head(head: RayHead) -> list[int]:
     return killed
 
 
-@pytest.fixture
-def ray_head(tmp_path: Path) -> Iterator[RayHead]:
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    tmp_path = tmp_path_factory.mktemp("ray-head")
     # Ray's unix sockets live under the temp dir: keep the path short (108-byte socket limit).
     temp_dir = Path(
         tempfile.mkdtemp(prefix="adarl-ray-", dir="/tmp" if Path("/tmp").is_dir() else None)
@@ -140,7 +141,7 @@ def ray_head(tmp_path: Path) -> Iterator[RayHead]:
         "--dashboard-host=127.0.0.1",
         f"--ray-client-server-port={free_port()}",
         f"--dashboard-agent-listen-port={free_port()}",
-        "--num-cpus=1",
+        "--num-cpus=2",  # one rollout engine and one learner actor
         "--num-gpus=0",
         f"--temp-dir={temp_dir}",
         "--block",
@@ -207,3 +208,52 @@ def test_job_submitted_with_submit_sh_succeeds(ray_head: RayHead) -> None:
     assert not {".venv", ".git", "outputs", "wandb"} & set(report["uploaded"])
     # `python` in the entrypoint is the head's environment (start_head.sh puts it on PATH).
     assert report["sys_prefix"] == sys.prefix
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(JOB_TIMEOUT_S + HEAD_START_TIMEOUT_S + 2 * SHUTDOWN_TIMEOUT_S)
+def test_experiment_submitted_as_a_job_runs_to_completion(
+    ray_head: RayHead, tmp_path: Path
+) -> None:
+    """`launch/submit.sh -- +experiment=...` trains on the cluster and leaves its summary."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    submission_id = f"adarl-e2e-train-{os.getpid()}"
+    run_dir = tmp_path / "run"
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": ray_head.dashboard_url,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_BIN": str(Path(sys.executable).parent / "ray"),
+        "WANDB_MODE": "offline",
+    }
+    env.pop("ADARL_ENTRYPOINT", None)  # the default entrypoint: python -m adarl.launch
+    client = JobSubmissionClient(ray_head.dashboard_url)
+    overrides = [
+        "+experiment=grpo",
+        "trainer.total_steps=2",
+        "model.tiny.sft_steps=120",
+        f"model.cache_dir={tmp_path / 'cache'}",
+        "allocator.prompts_per_step=8",
+        "eval.num_prompts=16",
+        "eval.samples_per_prompt=4",
+        f"hydra.run.dir={run_dir}",
+    ]
+    try:
+        submitted = subprocess.run(
+            [str(LAUNCH / "submit.sh"), f"--submission-id={submission_id}", "--", *overrides],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=JOB_TIMEOUT_S,
+        )
+    finally:
+        jobs = {job.submission_id: job.status for job in client.list_jobs()}
+        if submission_id in jobs and not jobs[submission_id].is_terminal():
+            client.stop_job(submission_id)
+    output = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, output[-4000:]
+    assert client.get_job_status(submission_id) == JobStatus.SUCCEEDED, output[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["name"] == "grpo" and summary["steps"] == 2
+    assert summary["rollouts_generated"] > 0

@@ -12,7 +12,10 @@ def _scored(prompt: tuple[int, ...], response: tuple[int, ...], reward: float) -
         finish_reason=FinishReason.STOP,
     )
     rollout = Rollout(
-        request_id="r", prompt_id="p", prompt_token_ids=prompt, completion=completion,
+        request_id="r",
+        prompt_id="p",
+        prompt_token_ids=prompt,
+        completion=completion,
         weight_version=3,
     )
     return ScoredRollout(rollout=rollout, reward=reward)
@@ -28,8 +31,12 @@ def test_from_groups_places_response_quantities_at_their_token_positions() -> No
         resolved=True,
     )
     g1 = Group(
-        prompt_id="b", rollouts=(_scored((4,), (1, 2, 3), 1.0),), advantages=(2.0,),
-        pool_size=1, pool_positives=1, resolved=True,
+        prompt_id="b",
+        rollouts=(_scored((4,), (1, 2, 3), 1.0),),
+        advantages=(2.0,),
+        pool_size=1,
+        pool_positives=1,
+        resolved=True,
     )
     batch = TrainBatch.from_groups([g0, g1], pad_token_id=0)
 
@@ -56,6 +63,10 @@ def test_group_rejects_mismatched_advantages() -> None:
 
     with pytest.raises(ValueError, match="2 rollouts but 1 advantages"):
         Group(
-            prompt_id="a", rollouts=(_scored((1,), (2,), 1.0), _scored((1,), (3,), 0.0)),
-            advantages=(1.0,), pool_size=2, pool_positives=1, resolved=True,
+            prompt_id="a",
+            rollouts=(_scored((1,), (2,), 1.0), _scored((1,), (3,), 0.0)),
+            advantages=(1.0,),
+            pool_size=2,
+            pool_positives=1,
+            resolved=True,
         )

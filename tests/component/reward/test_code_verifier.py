@@ -107,4 +107,4 @@ def test_pool_scores_programs_and_counts_timeouts(tmp_path: Path) -> None:
     assert [s.reward for s in scored] == [1.0, 0.0, 0.0, 1.0]
     assert "timed out" in (scored[1].reward_error or "")
     assert elapsed < 1.0 + 2.0  # the loop was cut at its 1 s wall limit
-    assert metrics["reward/timeouts"] == 1.0 and metrics["reward/errors"] == 1.0
+    assert metrics["sampling/reward_timeouts"] == 1.0 and metrics["sampling/reward_errors"] == 1.0

@@ -73,10 +73,10 @@ def test_raising_verifier_gives_zero_and_an_error() -> None:
         metrics = pool.metrics()
     assert [s.reward for s in scored] == [1.0, 0.0, 0.5]
     assert scored[1].reward_error == "RuntimeError: verifier bug"
-    assert metrics["reward/errors"] == 1.0
-    assert metrics["reward/verifier_exceptions"] == 1.0
-    assert metrics["reward/mean"] == pytest.approx(0.5)
-    assert pool.metrics()["reward/responses"] == 0.0  # metrics cover one interval each
+    assert metrics["sampling/reward_errors"] == 1.0
+    assert metrics["sampling/reward_verifier_exceptions"] == 1.0
+    assert metrics["signal/reward_mean"] == pytest.approx(0.5)
+    assert pool.metrics()["sampling/reward_responses"] == 0.0  # metrics cover one interval each
 
 
 def test_hanging_verifier_times_out_and_its_worker_is_replaced() -> None:
@@ -90,8 +90,8 @@ def test_hanging_verifier_times_out_and_its_worker_is_replaced() -> None:
         assert scored[0].reward == 0.0 and "reward.timeout_s=0.3" in (scored[0].reward_error or "")
         assert (scored[1].reward, scored[1].reward_error) == (1.0, None)
         metrics = pool.metrics()
-        assert metrics["reward/timeouts"] == 1.0
-        assert metrics["reward/stuck_threads"] == 1.0
+        assert metrics["sampling/reward_timeouts"] == 1.0
+        assert metrics["sampling/reward_stuck_threads"] == 1.0
         # The only worker is stuck, yet the pool still scores: a replacement took its place.
         assert [s.reward for s in pool.score([rollout("1")] * 3, [example()] * 3)] == [1.0] * 3
     finally:

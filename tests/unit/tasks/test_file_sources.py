@@ -98,10 +98,10 @@ def test_skip_mode_drops_and_counts_bad_rows(write_rows: RowsWriter) -> None:
     )
     assert sorted(e.prompt for e in source.examples) == ["0+1=", "2+1=", "5+1="]
     metrics = source.metrics()
-    assert metrics["data/rows_skipped"] == 3.0
-    assert metrics["data/rows_skipped/empty_prompt"] == 1.0
-    assert metrics["data/rows_skipped/missing_answer"] == 1.0
-    assert metrics["data/rows_skipped/prompt_too_long"] == 1.0
+    assert metrics["sampling/data_rows_skipped"] == 3.0
+    assert metrics["sampling/data_rows_skipped_empty_prompt"] == 1.0
+    assert metrics["sampling/data_rows_skipped_missing_answer"] == 1.0
+    assert metrics["sampling/data_rows_skipped_prompt_too_long"] == 1.0
 
 
 def test_missing_prompt_column_lists_the_columns(write_rows: RowsWriter) -> None:

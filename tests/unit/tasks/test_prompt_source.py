@@ -93,8 +93,8 @@ def test_metrics_report_progress_and_skipped_rows() -> None:
     )
     source.next_batch(6)
     metrics = source.metrics()
-    assert metrics["data/epoch"] == 1.0
-    assert metrics["data/epoch_progress"] == 0.5
-    assert metrics["data/rows_skipped"] == 3.0
-    assert metrics["data/rows_skipped/empty_prompt"] == 2.0
-    assert metrics["data/rows_skipped/missing_answer"] == 1.0
+    assert metrics["sampling/data_epoch"] == 1.0
+    assert metrics["sampling/data_epoch_progress"] == 0.5
+    assert metrics["sampling/data_rows_skipped"] == 3.0
+    assert metrics["sampling/data_rows_skipped_empty_prompt"] == 2.0
+    assert metrics["sampling/data_rows_skipped_missing_answer"] == 1.0

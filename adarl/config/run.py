@@ -1,0 +1,97 @@
+"""Run-level structured config: the step loop, evaluation and cluster placement.
+
+`TrainerConfig`
+    total_steps: optimizer steps to run (each step = one allocator step + one learner update).
+        Checkpointing and resume are configured under `checkpoint` (adarl/config/checkpoint.py).
+
+`EvalConfig` (held-out split, never with a hint)
+    every_steps: evaluate every this many steps (and at the start and the end); 0 = only at the
+        start and the end.
+    num_prompts: held-out prompts per evaluation (the first N of the fixed test split; 0 = all).
+    samples_per_prompt: samples per prompt at `temperature`; accuracy is their mean.
+    temperature: sampling temperature of the sampled evaluation (1.0 = the policy itself).
+    greedy: also report greedy (temperature 0) accuracy.
+    max_new_tokens: response length limit during evaluation.
+    completions_to_log: sampled completions shown in the W&B table per evaluation.
+
+`ClusterConfig` (where components run; validated against the cluster before any actor starts)
+    address: Ray address of a running cluster ("auto", "ray://HOST:10001"); None starts a local
+        cluster in this process.
+    num_cpus: CPUs of the local cluster; None = all of this machine's. Ignored with `address`.
+    in_process: run every component in the driver process, without Ray (tests, debugging).
+    rollout_engines: rollout engine actors; cpus_per_engine / gpus_per_engine their resources.
+    learners: data-parallel learner actors; cpus_per_learner / gpus_per_learner their resources.
+    cpus_for_allocator: CPUs reserved for the budget-allocator actor (it is light: 0 is fine).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = 40
+
+    def validate(self) -> None:
+        if self.total_steps < 1:
+            raise ValueError(f"trainer.total_steps={self.total_steps} must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    every_steps: int = 10
+    num_prompts: int = 256
+    samples_per_prompt: int = 8
+    temperature: float = 1.0
+    greedy: bool = True
+    max_new_tokens: int = 8
+    completions_to_log: int = 8
+
+    def validate(self) -> None:
+        if self.every_steps < 0:
+            raise ValueError(f"eval.every_steps={self.every_steps} must be >= 0")
+        if self.num_prompts < 0:
+            raise ValueError(f"eval.num_prompts={self.num_prompts} must be >= 0 (0 = all)")
+        if self.samples_per_prompt < 1:
+            raise ValueError(f"eval.samples_per_prompt={self.samples_per_prompt} must be >= 1")
+        if self.temperature <= 0:
+            raise ValueError(
+                f"eval.temperature={self.temperature} must be > 0; greedy accuracy is reported "
+                "separately with eval.greedy=true"
+            )
+        if self.max_new_tokens < 1:
+            raise ValueError(f"eval.max_new_tokens={self.max_new_tokens} must be >= 1")
+
+
+@dataclass
+class ClusterConfig:
+    address: str | None = None
+    num_cpus: int | None = None
+    in_process: bool = False
+    rollout_engines: int = 1
+    cpus_per_engine: float = 1.0
+    gpus_per_engine: float = 0.0
+    learners: int = 1
+    cpus_per_learner: float = 1.0
+    gpus_per_learner: float = 0.0
+    cpus_for_allocator: float = 0.0
+
+    def validate(self) -> None:
+        for key in ("rollout_engines", "learners"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"cluster.{key}={getattr(self, key)} must be >= 1")
+        for key in (
+            "cpus_per_engine",
+            "gpus_per_engine",
+            "cpus_per_learner",
+            "gpus_per_learner",
+            "cpus_for_allocator",
+        ):
+            if getattr(self, key) < 0:
+                raise ValueError(f"cluster.{key}={getattr(self, key)} must be >= 0")
+        if self.in_process and (self.rollout_engines > 1 or self.learners > 1):
+            raise ValueError(
+                "cluster.in_process=true runs one engine and one learner in this process; set "
+                "cluster.rollout_engines=1 cluster.learners=1, or cluster.in_process=false"
+            )

@@ -1,0 +1,312 @@
+"""A training session: components built from config, placed, resumed, run, checkpointed, closed.
+
+`TrainingSession.train()` is the outer loop around `Driver.step` (adarl/driver.py):
+
+    base eval ─► for step in (resume + 1)..total_steps:
+                     driver.step(step) ─► eval if due ─► log ─► checkpoint if due
+             ─► final eval ─► final checkpoint ─► RunSummary
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from adarl.allocator.allocator import BudgetAllocator
+from adarl.allocator.build import allocator_kwargs
+from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
+from adarl.cluster import blocking_proxy, ensure_ray, plan_resources, spawn_actor
+from adarl.config import AdarlConfig
+from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome
+from adarl.learner.build import build_learner_group
+from adarl.logging import build_metrics_logger
+from adarl.models.loading import load_tokenizer, resolve_model_config
+from adarl.reward.registry import build_reward_pool
+from adarl.rollout.codec import PromptCodec
+from adarl.rollout.pool import build_rollout_pool
+from adarl.run import RunSummary
+from adarl.tasks.build import build_prompt_source, build_test_examples
+from adarl.weight_sync.build import build_weight_sync
+
+log = logging.getLogger("adarl")
+
+PROGRESS_KEYS = (
+    "eval/accuracy",
+    "train/loss",
+    "signal/mixed_group_fraction",
+    "sampling/samples_per_prompt_mean",
+)
+
+
+class TrainingSession:
+    def __init__(
+        self,
+        config: AdarlConfig,
+        *,
+        run_dir: Path,
+        on_step_end: Callable[[StepOutcome], None] | None = None,
+    ) -> None:
+        """`on_step_end` sees every step's outcome (groups, metrics) after it is trained."""
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.on_step_end = on_step_end
+        self._closers: list[Any] = []
+
+    # -- building ------------------------------------------------------------------------------
+
+    def __enter__(self) -> TrainingSession:
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        config = self.config
+        cluster = config.cluster
+        self.started = time.perf_counter()
+        if not cluster.in_process:
+            import ray
+
+            ensure_ray(address=cluster.address, num_cpus=cluster.num_cpus)
+            resources = ray.cluster_resources()
+            self.plan = plan_resources(
+                rollout_engines=cluster.rollout_engines,
+                cpus_per_engine=cluster.cpus_per_engine,
+                gpus_per_engine=cluster.gpus_per_engine,
+                learners=cluster.learners,
+                cpus_per_learner=cluster.cpus_per_learner,
+                gpus_per_learner=cluster.gpus_per_learner,
+                cpus_for_allocator=cluster.cpus_for_allocator,
+                available_cpus=float(resources.get("CPU", 0.0)),
+                available_gpus=float(resources.get("GPU", 0.0)),
+            )
+
+        # The policy: built and cached once for built-ins; any HF directory otherwise.
+        model_path = resolve_model_config(config.model)
+        tokenizer = load_tokenizer(model_path)
+        self.codec = PromptCodec(
+            tokenizer=tokenizer,
+            sampling=config.rollout.sampling_params(
+                stop_token_ids=(tokenizer.eos_token_id,)
+                if tokenizer.eos_token_id is not None
+                else ()
+            ),
+        )
+
+        self.prompts = build_prompt_source(config.task)
+        test_examples = build_test_examples(config.task)
+        if config.eval.num_prompts:
+            test_examples = test_examples[: config.eval.num_prompts]
+        self.evaluator = Evaluator(
+            examples=test_examples,
+            codec=self.codec,
+            samples_per_prompt=config.eval.samples_per_prompt,
+            temperature=config.eval.temperature,
+            max_new_tokens=config.eval.max_new_tokens,
+            greedy=config.eval.greedy,
+            completions_to_log=config.eval.completions_to_log,
+            seed=config.seed + 7919,
+        )
+        self.rewards = build_reward_pool(config.reward, [config.task.verifier_name])
+        self._closers.append(self.rewards.close)
+
+        # Streaming samplers grow draws into idle engine slots, up to what the engines run at once.
+        kwargs = allocator_kwargs(
+            config.allocator,
+            target_in_flight_samples=cluster.rollout_engines * config.rollout.max_num_seqs,
+        )
+        if cluster.in_process:
+            self.allocator: BudgetAllocator = BudgetAllocator(**kwargs)
+        else:
+            handle = spawn_actor(
+                BudgetAllocator, num_cpus=cluster.cpus_for_allocator, name=None, **kwargs
+            )
+            self.allocator = blocking_proxy(handle, BudgetAllocator)
+
+        self.rollout = build_rollout_pool(
+            config.rollout,
+            model_path=model_path,
+            num_engines=cluster.rollout_engines,
+            in_process=cluster.in_process,
+            num_cpus_per_engine=cluster.cpus_per_engine,
+            num_gpus_per_engine=cluster.gpus_per_engine,
+        )
+        self._closers.append(self.rollout.shutdown)
+        self.learners = build_learner_group(
+            config.learner,
+            model_path=model_path,
+            num_learners=cluster.learners,
+            in_process=cluster.in_process,
+            cpus_per_learner=cluster.cpus_per_learner,
+            gpus_per_learner=cluster.gpus_per_learner,
+        )
+        self._closers.append(self.learners.shutdown)
+        self.weight_sync = build_weight_sync(
+            config.learner.weight_sync, engines=self.rollout.engine_endpoints()
+        )
+        self.driver = Driver(
+            prompts=self.prompts,
+            codec=self.codec,
+            allocator=self.allocator,
+            rollout=self.rollout,
+            rewards=self.rewards,
+            learners=self.learners,
+            weight_sync=self.weight_sync,
+            prompts_per_step=config.allocator.prompts_per_step,
+            positive_threshold=config.allocator.positive_threshold,
+            on_step_end=self.on_step_end,
+        )
+        self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
+        self.resume_path = resolve_resume(self.run_dir, config.checkpoint.resume)
+        self.start_step = 0
+        self.base_eval: EvalResult | None = None
+        self.previous_wall_s = 0.0
+        if self.resume_path is not None:
+            self._restore(self.resume_path)
+        self.logger = build_metrics_logger(
+            config.logger,
+            run_dir=self.run_dir,
+            run_config=OmegaConf.to_container(OmegaConf.structured(config)),  # type: ignore[arg-type]
+            resume_from_step=self.start_step if self.resume_path is not None else None,
+            total_steps=config.trainer.total_steps,
+        )
+        self._closers.append(self.logger.close)
+        self.build_s = time.perf_counter() - self.started
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def train(self) -> RunSummary:
+        config = self.config
+        total = config.trainer.total_steps
+        if self.base_eval is None:
+            self.base_eval = self.evaluate(step=0)
+            self.logger.log(0, {**self.base_eval.metrics(), "timing/build_s": self.build_s})
+        last_eval = self.base_eval
+        for step in range(self.start_step + 1, total + 1):
+            outcome = self.driver.step(step)
+            metrics = dict(outcome.metrics)
+            if step == total or (config.eval.every_steps and step % config.eval.every_steps == 0):
+                last_eval = self.evaluate(step=step)
+                metrics.update(last_eval.metrics())
+            self.logger.log(step, metrics)
+            self._warn_if_no_signal(outcome)
+            every = config.checkpoint.every_steps
+            if step == total or (every and step % every == 0):
+                self.save(step)
+        if self.start_step >= total:
+            log.warning(
+                "resumed at step %d >= trainer.total_steps=%d: nothing to do",
+                self.start_step,
+                total,
+            )
+        timing = {
+            k.removeprefix("timing/").removesuffix("_s"): v
+            for k, v in self.driver.timer.total_seconds.items()
+        }
+        return RunSummary(
+            name=config.name,
+            steps=total,
+            base_accuracy=self.base_eval.accuracy,
+            final_accuracy=last_eval.accuracy,
+            base_greedy_accuracy=self.base_eval.greedy_accuracy,
+            final_greedy_accuracy=last_eval.greedy_accuracy,
+            rollouts_generated=self.driver.rollouts_generated,
+            tokens_generated=self.driver.tokens_generated,
+            wall_time_s=self.previous_wall_s + time.perf_counter() - self.started,
+            time_per_stage_s={
+                "build": self.build_s,
+                **{name: seconds for name, seconds in timing.items()},
+            },
+            resumed_from_step=self.start_step if self.resume_path is not None else None,
+        )
+
+    def evaluate(self, *, step: int) -> EvalResult:
+        with self.driver.timer.stage("eval"):
+            result = self.evaluator.evaluate(self.rollout, self.rewards, step=step)
+        if result.completions:
+            self.logger.log_completions(step, result.completions)
+        return result
+
+    def _warn_if_no_signal(self, outcome: StepOutcome) -> None:
+        mixed = outcome.metrics.get("signal/mixed_group_fraction")
+        if mixed == 0.0:
+            log.warning(
+                "step %d: no trained group has mixed outcomes: this step produced no learning "
+                "signal (every prompt all-correct or all-wrong). Check the task's difficulty "
+                "and the verifier (reward/* metrics).",
+                outcome.step,
+            )
+
+    # -- checkpoint / resume -------------------------------------------------------------------
+
+    def save(self, step: int) -> Path:
+        driver = self.driver
+
+        def write_learner(directory: Path) -> None:
+            self.learners.save_checkpoint(directory)
+
+        with driver.timer.stage("checkpoint"):
+            return self.checkpoints.save(
+                step,
+                {
+                    "learner": write_learner,
+                    "learner_state": self.learners.state_dict(),
+                    "allocator": self.allocator.state_dict(),
+                    "prompts": self.prompts.state_dict(),
+                    "rng": capture_rng_state(),
+                    "driver": {
+                        "step": step,
+                        "rollouts_generated": driver.rollouts_generated,
+                        "tokens_generated": driver.tokens_generated,
+                        "timing_total_s": dict(driver.timer.total_seconds),
+                        "wall_s": self.previous_wall_s + time.perf_counter() - self.started,
+                        "base_eval": None if self.base_eval is None else self.base_eval.__dict__,
+                    },
+                },
+            )
+
+    def _restore(self, path: Path) -> None:
+        checkpoint = self.checkpoints.load(path)
+        state: Mapping[str, Any] = checkpoint.objects["driver"]
+        self.learners.load_checkpoint(checkpoint.directories["learner"])
+        self.learners.load_state_dict(checkpoint.objects["learner_state"])
+        self.allocator.load_state_dict(checkpoint.objects["allocator"])
+        self.prompts.load_state_dict(checkpoint.objects["prompts"])
+        restore_rng_state(checkpoint.objects["rng"])
+        driver = self.driver
+        driver.rollouts_generated = int(state["rollouts_generated"])
+        driver.tokens_generated = int(state["tokens_generated"])
+        for name, seconds in state["timing_total_s"].items():
+            driver.timer.total_seconds[name] = float(seconds)
+        self.previous_wall_s = float(state["wall_s"])
+        if state["base_eval"] is not None:
+            self.base_eval = EvalResult(**state["base_eval"])
+        self.start_step = int(state["step"])
+        driver.sync_weights()  # engines start from the restored policy, not the initial one
+        log.info("resumed from %s at step %d", path, self.start_step)
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                closer()
+            except Exception:  # teardown must reach every component; the first error is logged
+                log.exception("error while shutting down %s", closer)

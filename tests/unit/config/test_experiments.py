@@ -1,0 +1,117 @@
+"""Every shipped experiment composes and validates; bad configs fail fast, naming key and fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from adarl.config import AdarlConfig
+from adarl.launch import CONFIG_DIR, load_config
+
+EXPERIMENTS = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+
+
+def _compose(*overrides: str) -> AdarlConfig:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    return load_config(cfg)
+
+
+def test_every_issue_experiment_ships() -> None:
+    required = {
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "raft",
+        "dapo",
+        "ada_seq_pos",
+        "ada_seq_balance",
+        "reinforce_ada_reference",
+    }
+    assert required <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_composes_and_validates(experiment: str) -> None:
+    config = _compose(f"+experiment={experiment}")
+    assert config.name == experiment
+
+
+def test_reference_experiment_is_the_released_algorithm() -> None:
+    config = _compose("+experiment=reinforce_ada_reference")
+    alloc = config.allocator
+    assert alloc.sequential.mode == "rounds"
+    assert (alloc.sequential.round_repeat, alloc.sequential.max_rounds) == (8, 4)
+    assert alloc.positive_threshold == 0.7
+    assert alloc.group.correction == "none" and alloc.group.downsample_order == "earliest"
+
+
+def test_default_experiment_declares_its_objective() -> None:
+    config = _compose("+experiment=ada_seq_balance")
+    assert config.allocator.sampler == "seq_balance"
+    assert config.allocator.group.correction == "selection"
+    assert config.allocator.group.objective == "log"
+
+
+def test_unknown_key_fails_at_composition() -> None:
+    with pytest.raises(ConfigCompositionException, match=r"allocator\.prompts_per_stepp") as info:
+        _compose("+experiment=grpo", "allocator.prompts_per_stepp=3")
+    assert "not in 'AllocatorConfig'" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["allocator.group.group_size=3"], "group_size=3 is odd"),
+        (["allocator.group.group_size=8"], "set allocator.sequential.k_pos and k_neg"),
+        (["allocator.max_samples_per_prompt=3"], "raise the cap"),
+        (["allocator.sampler=nope"], "allocator.sampler='nope' is not one of"),
+        (["allocator.group.advantage=grpo"], "allocator.group.correction=none"),
+        (["cluster.in_process=true", "cluster.learners=2"], "cluster.learners=1"),
+    ],
+)
+def test_invalid_combination_names_key_and_fix(overrides: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _compose("+experiment=ada_seq_balance", *overrides)
+
+
+def test_resolved_config_round_trips_through_yaml(tmp_path: Path) -> None:
+    from adarl.launch import save_resolved_config
+
+    config = _compose("+experiment=dapo", "seed=7")
+    path = save_resolved_config(config, tmp_path)
+    reloaded = OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(AdarlConfig), OmegaConf.load(path))
+    )
+    assert reloaded == config
+
+
+@pytest.mark.slow
+def test_invalid_config_fails_fast_from_the_command_line(tmp_path: Path) -> None:
+    """The acceptance bound: under 5 s, before any heavy import or actor start."""
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "adarl.launch",
+            "+experiment=ada_seq_balance",
+            "allocator.group.group_size=3",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 2, proc.stderr
+    assert "allocator.group.group_size=3 is odd" in proc.stderr
+    assert "use an even group_size" in proc.stderr
+    assert elapsed < 5.0, f"invalid config took {elapsed:.1f}s to fail"
