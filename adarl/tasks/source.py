@@ -51,6 +51,9 @@ class PromptSource:
         self._position = 0
         self._order_epoch = -1
         self._order = np.arange(0)
+        # Swaps (position, later position) applied to this epoch's order so that a batch that
+        # straddles an epoch boundary never holds one prompt twice; saved with the cursor.
+        self._swaps: list[tuple[int, int]] = []
         # Identifies the example list in checkpoints, so that resuming on other data fails loudly.
         digest = hashlib.sha256()
         for example in self._examples:
@@ -87,27 +90,47 @@ class PromptSource:
             else:
                 self._order = np.arange(n)
             self._order_epoch = epoch
+            for a, b in self._swaps:
+                self._order[[a, b]] = self._order[[b, a]]
         return self._order
 
     def next_batch(self, num_examples: int) -> list[TaskExample]:
-        """The next `num_examples` examples; crosses (and reshuffles at) epoch boundaries."""
+        """The next `num_examples` examples; crosses (and reshuffles at) epoch boundaries.
+
+        A batch holds each example at most once (unless it asks for more than the dataset has):
+        when the new epoch's order would repeat an example already in the batch, that example
+        is swapped with the next one that is not, so it is still seen exactly once per epoch.
+        """
         if num_examples < 0:
             raise ValueError(f"next_batch: num_examples must be >= 0, got {num_examples}")
+        distinct = num_examples <= len(self._examples)
         batch: list[TaskExample] = []
+        in_batch: set[int] = set()
         while len(batch) < num_examples:
             order = self._epoch_order(self._epoch)
-            take = min(num_examples - len(batch), len(order) - self._position)
-            batch.extend(self._examples[i] for i in order[self._position : self._position + take])
-            self._position += take
+            if distinct and int(order[self._position]) in in_batch:
+                later = next(
+                    k
+                    for k in range(self._position + 1, len(order))
+                    if int(order[k]) not in in_batch
+                )
+                order[[self._position, later]] = order[[later, self._position]]
+                self._swaps.append((self._position, later))
+            index = int(order[self._position])
+            batch.append(self._examples[index])
+            in_batch.add(index)
+            self._position += 1
             if self._position == len(order):
                 self._epoch += 1
                 self._position = 0
+                self._swaps = []
         return batch
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "epoch": self._epoch,
             "position": self._position,
+            "swaps": [list(pair) for pair in self._swaps],
             "seed": self._seed,
             "shuffle": self._shuffle,
             "num_examples": len(self._examples),
@@ -135,6 +158,8 @@ class PromptSource:
                 f"for {len(self._examples)} examples"
             )
         self._epoch, self._position = epoch, position
+        self._swaps = [(int(a), int(b)) for a, b in state.get("swaps", [])]
+        self._order_epoch = -1  # rebuild this epoch's order with its swaps
 
     def metrics(self) -> dict[str, float]:
         metrics = {
