@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 10
+    every_steps: int = 50
     keep_last: int | None = 2
     resume: str = "auto"
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = 40
+    total_steps: int = 200
 
     def validate(self) -> None:
         if self.total_steps < 1:
@@ -40,7 +40,7 @@ class TrainerConfig:
 
 @dataclass
 class EvalConfig:
-    every_steps: int = 10
+    every_steps: int = 50
     num_prompts: int = 256
     samples_per_prompt: int = 8
     temperature: float = 1.0

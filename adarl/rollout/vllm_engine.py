@@ -19,6 +19,7 @@ relies on (measured; docs/benchmarks.md and the project's environment notes):
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -190,6 +191,7 @@ class VLLMEngine:
         return scores
 
     def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        _silence_rotary_reload_warning()
         if self._weight_names is not None:
             optional = ["lm_head.weight"] if self._tied else []
             check_weight_names(self._weight_names, weights.keys(), optional=optional)
@@ -230,3 +232,17 @@ class VLLMEngine:
             finish_reason=finish,
             text=self._tokenizer.decode(list(tokens), skip_special_tokens=True),
         )
+
+
+class _DropRotaryReloadWarning(logging.Filter):
+    """vLLM warns on every reload that RotaryEmbedding loaded no weights. It has none to load
+    (its cos/sin cache is computed and put back as is), so the line is noise once per step."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "RotaryEmbedding: Failed to load weights" not in record.getMessage()
+
+
+def _silence_rotary_reload_warning() -> None:
+    vllm_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _DropRotaryReloadWarning) for f in vllm_logger.filters):
+        vllm_logger.addFilter(_DropRotaryReloadWarning())
