@@ -214,7 +214,7 @@ class StepOutcome:
 
 
 class Driver:
-    """Runs steps; owns no algorithm. Build it with `adarl.run.build_driver`."""
+    """Runs steps; owns no algorithm. `adarl.session.TrainingSession` builds it from config."""
 
     def __init__(
         self,
@@ -243,7 +243,6 @@ class Driver:
         self.hints = hints
         self.on_step_end = on_step_end
         self.timer = StageTimer()
-        self.trained_steps = 0
         self.rollouts_generated = 0
         self.tokens_generated = 0
 
@@ -358,7 +357,6 @@ class Driver:
                 for index, norm in trained.prompt_grad_norms.mean.items()
             }
             self.allocator.report_gradient_norms(norms, step=step)
-        self.trained_steps += 1
         return {**trained.metrics, "train/skipped_empty_batch": 0.0}
 
     def sync_weights(self) -> dict[str, float]:
