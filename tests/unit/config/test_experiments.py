@@ -115,3 +115,15 @@ def test_invalid_config_fails_fast_from_the_command_line(tmp_path: Path) -> None
     assert "allocator.group.group_size=3 is odd" in proc.stderr
     assert "use an even group_size" in proc.stderr
     assert elapsed < 5.0, f"invalid config took {elapsed:.1f}s to fail"
+
+
+def test_config_validation_imports_nothing_heavy() -> None:
+    """Why an invalid config fails fast: composing and validating never imports the stack."""
+    code = (
+        "import sys; from adarl.launch import load_config; "
+        "print(sorted(m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') "
+        "if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
