@@ -98,3 +98,12 @@ def check_weight_names(
             f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
             f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
         )
+
+
+def engine_metrics(*, samples: int, tokens: int, busy_s: float) -> dict[str, float]:
+    """An engine's lifetime counters, named alike for every engine."""
+    return {
+        "perf/rollout_samples_total": float(samples),
+        "perf/rollout_tokens_total": float(tokens),
+        "timing/rollout_busy_s": busy_s,
+    }

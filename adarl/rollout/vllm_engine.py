@@ -32,6 +32,7 @@ from transformers import PreTrainedTokenizerBase
 from adarl.models.loading import load_tokenizer
 from adarl.rollout.common import (
     check_weight_names,
+    engine_metrics,
     sample_seed,
     validate_requests,
     validate_score_inputs,
@@ -204,11 +205,7 @@ class VLLMEngine:
         return self._version
 
     def metrics(self) -> dict[str, float]:
-        return {
-            "perf/rollout_samples_total": float(self._samples),
-            "perf/rollout_tokens_total": float(self._tokens),
-            "timing/rollout_busy_s": self._busy_s,
-        }
+        return engine_metrics(samples=self._samples, tokens=self._tokens, busy_s=self._busy_s)
 
     # -- internals ---------------------------------------------------------------------------
 
