@@ -2,9 +2,13 @@
 
 Hydra composes `adarl/conf/config.yaml` (defaults of every group) with the experiment and the
 command-line overrides into an `AdarlConfig`; unknown keys fail during composition. Values and
-combinations are validated before anything heavy is imported or any actor starts, the resolved
-config is written to `<run dir>/config.yaml`, and the run starts. The run directory is Hydra's
+combinations are validated before anything heavy is imported or any actor starts; then the run
+directory is locked (adarl/rundir.py: a second run on the same directory refuses, naming the
+first one's pid and host), the resolved config is written to `<run dir>/config.yaml` (secrets
+redacted, adarl/redact.py), and the run starts. The run directory is Hydra's
 (`hydra.run.dir=PATH` sets it; default `runs/<name>/<timestamp>`).
+
+Exit status: 2 for an invalid config, 3 when another run holds the run directory.
 
 The config directory lives inside the package, so the same command works from a checkout, from
 a non-editable install, and from a Ray job's working directory.
@@ -21,6 +25,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from adarl.config import AdarlConfig
+from adarl.redact import redact_config
+from adarl.rundir import RunDirInUseError, RunDirLock
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
 
@@ -36,9 +42,11 @@ def load_config(cfg: DictConfig) -> AdarlConfig:
 
 
 def save_resolved_config(config: AdarlConfig, run_dir: Path) -> Path:
+    """`run_dir/config.yaml`: the resolved config, with secrets replaced (adarl/redact.py)."""
     path = run_dir / "config.yaml"
     run_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+    plain = OmegaConf.to_container(OmegaConf.structured(config))
+    path.write_text(OmegaConf.to_yaml(OmegaConf.create(redact_config(plain))))
     return path
 
 
@@ -50,11 +58,20 @@ def main(cfg: DictConfig) -> None:
         print(f"adarl: invalid config: {error}", file=sys.stderr)
         sys.exit(2)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    save_resolved_config(config, run_dir)
+    lock = RunDirLock(run_dir)
+    try:
+        lock.acquire()  # before adarl writes anything into the run directory
+    except RunDirInUseError as error:
+        print(f"adarl: {error}", file=sys.stderr)
+        sys.exit(3)
+    try:
+        save_resolved_config(config, run_dir)
 
-    from adarl.run import run  # heavy imports (torch, Ray, vLLM) only after validation
+        from adarl.run import run  # heavy imports (torch, Ray, vLLM) only after validation
 
-    run(config, run_dir=run_dir)
+        run(config, run_dir=run_dir)
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":
