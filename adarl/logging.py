@@ -11,8 +11,15 @@ steps strictly increasing; a non-finite value (NaN, inf) is written as `null` so
 strict JSON. On resume from step k, lines with step > k (written after the checkpoint the run
 resumes from) are dropped before appending, so every step appears once.
 
-W&B `mode="auto"` never fails the run: without an API key or a reachable server it logs offline
-(sync later with `wandb sync RUN_DIR/wandb/offline-run-*`) and says so in one line.
+W&B `mode="auto"` goes offline for exactly two reasons: no API key, or no network to the W&B
+server. Both are decided before `wandb.init` when possible (`resolve_wandb_mode`: key lookup, then
+a TCP probe) and recognised among `wandb.init`'s errors otherwise (the server stopped answering
+after the probe); either way one console line says so with the reason (sync later with
+`wandb sync RUN_DIR/wandb/offline-run-*`). Any other `wandb.init` error (a rejected API key, an
+invalid project name or tag, a W&B failure) stops the run, with a note naming `logger.mode`.
+
+Secrets never leave through the logger: the W&B run config is passed through
+`adarl.redact.redact_config`, and console lines and completion texts through `redact_text`.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from adarl.config.logger import METRIC_GROUPS, WANDB_MODES, LoggerConfig
+from adarl.redact import redact_config, redact_text
 
 METRICS_FILE = "metrics.jsonl"
 COMPLETIONS_FILE = "completions.jsonl"
@@ -113,6 +121,39 @@ def _reachable(host: str, port: int, *, timeout_s: float) -> bool:
     thread.start()
     thread.join(timeout_s)
     return bool(outcome and outcome[0])
+
+
+# wandb.init errors that mean "no network to the W&B server" (CommError messages of wandb 0.31,
+# measured: a refused connection, and a server that accepts but never answers).
+_NETWORK_ERROR_MARKERS = (
+    "connection refused",
+    "connection reset",
+    "deadline exceeded",
+    "timed out",
+    "i/o timeout",
+    "no such host",
+    "network is unreachable",
+    "no route to host",
+    "tls handshake",
+)
+
+
+def _offline_fallback_reason(error: BaseException) -> str | None:
+    """Why `logger.mode=auto` may go offline after `wandb.init` failed online, or None when the
+    error is of another kind (a rejected key, an invalid argument, a W&B bug) and must fail the
+    run. Only two causes qualify: no API key, and no network to the server."""
+    import wandb
+
+    message = str(error)
+    if isinstance(error, wandb.errors.AuthenticationError):
+        return None  # a key exists and was refused: the user must fix it, not lose the run online
+    if isinstance(error, wandb.errors.UsageError) and "no api key" in message.lower():
+        return f"no W&B API key ({message.splitlines()[0]})"
+    if isinstance(error, wandb.errors.CommError) and any(
+        marker in message.lower() for marker in _NETWORK_ERROR_MARKERS
+    ):
+        return f"the W&B server did not answer ({message.splitlines()[0]})"
+    return None
 
 
 class MetricsLogger:
@@ -199,7 +240,7 @@ class MetricsLogger:
                     run_name=run_name,
                     group=group,
                     tags=list(tags),
-                    config=dict(config) if config is not None else None,
+                    config=redact_config(dict(config)) if config is not None else None,
                     resuming=resume_from_step is not None and resume_from_step >= 0,
                 )
         except BaseException:
@@ -249,6 +290,7 @@ class MetricsLogger:
             )
         if not rows:
             return
+        rows = [redact_config(dict(row)) if isinstance(row, Mapping) else row for row in rows]
         columns: list[str] = []
         for row in rows:
             if not isinstance(row, Mapping):
@@ -270,13 +312,13 @@ class MetricsLogger:
         """Attach the resolved run config (plain nested dicts) to the W&B run."""
         self._check_open()
         if self._wandb_run is not None:
-            self._wandb_run.config.update(dict(config), allow_val_change=True)
+            self._wandb_run.config.update(redact_config(dict(config)), allow_val_change=True)
 
     def log_summary(self, summary: Mapping[str, Any]) -> None:
         """Set end-of-run numbers (e.g. final accuracy) on the W&B run's summary."""
         self._check_open()
         if self._wandb_run is not None:
-            self._wandb_run.summary.update(dict(summary))
+            self._wandb_run.summary.update(redact_config(dict(summary)))
 
     @property
     def wandb_run_dir(self) -> Path | None:
@@ -343,9 +385,9 @@ class MetricsLogger:
             return wandb.init(
                 project=project,
                 entity=entity,
-                name=run_name,
-                group=group,
-                tags=tags,
+                name=None if run_name is None else redact_text(run_name),
+                group=None if group is None else redact_text(group),
+                tags=[redact_text(tag) for tag in tags],
                 config=config,
                 dir=str(self.run_dir),
                 mode=mode,  # type: ignore[arg-type]
@@ -357,13 +399,28 @@ class MetricsLogger:
 
         try:
             run = start(self.wandb_mode)
-        except Exception as error:  # deliberate: auto mode must never fail the run
-            if not (auto and self.wandb_mode == "online"):
+        except Exception as error:
+            fallback = _offline_fallback_reason(error) if auto else None
+            # Either way the failed attempt leaves no W&B state behind (measured: the process
+            # kept a rejected key and the next init in it failed on that key).
+            wandb.teardown()
+            if self.wandb_mode != "online" or fallback is None:
+                # Deliberate: say which key decides and how to go on, then fail the run.
+                chosen = f"logger.mode=auto chose {self.wandb_mode}: {reason}" if auto else reason
+                error.add_note(
+                    redact_text(
+                        f"adarl: W&B could not start ({chosen}). Fix the cause above, or set "
+                        "logger.mode=offline (log locally) or logger.mode=disabled (no W&B)"
+                    )
+                )
                 raise
+            # The documented fallback: no usable API key, or no network to the W&B server. (The
+            # teardown above matters here too: the service held the failed online attempt under
+            # this run id, measured "run ID ... is in use"; a fresh one reuses the id offline.)
             self.wandb_mode = "offline"
             self._say(
-                f"W&B: offline (online start failed: {type(error).__name__}: {error}); "
-                f"sync later with `wandb sync {wandb_dir}/offline-run-*`"
+                f"W&B: offline (logger.mode=auto: {fallback}); sync later with "
+                f"`wandb sync {wandb_dir}/offline-run-*`"
             )
             return start("offline")
         where = Path(run.dir).parent
@@ -396,6 +453,7 @@ class MetricsLogger:
         return f"step {step}{total}" + (f" | {shown}" if shown else "")
 
     def _say(self, line: str) -> None:
+        line = redact_text(line)
         if self._bar.disable:
             print(line, file=self._console, flush=True)
         else:

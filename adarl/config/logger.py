@@ -5,7 +5,10 @@ Fields:
     entity: W&B entity (user or team); None = the API key's default entity.
     mode: where W&B writes: "online", "offline", "disabled", or "auto" (online when an API key
         is available AND the W&B server answers within `network_check_timeout_s`, else offline;
-        an explicit `WANDB_MODE` in the environment wins in auto mode).
+        an explicit `WANDB_MODE` in the environment wins in auto mode). Auto goes offline only
+        for those two reasons (also when the server stops answering during `wandb.init`), and
+        says which in one console line; any other W&B start error (a rejected key, an invalid
+        project name or tag) stops the run.
     run_name: W&B run name; None = W&B picks one.
     group: W&B run group (e.g. an experiment sweep); None = no group.
     tags: W&B run tags.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from omegaconf import OmegaConf
 from adarl.config.logger import LoggerConfig
 from adarl.logging import (
     MetricsLogger,
+    _offline_fallback_reason,
     build_metrics_logger,
     read_metrics_jsonl,
     read_wandb_offline_metrics,
@@ -256,24 +258,105 @@ def test_explicit_modes_are_kept_and_unknown_modes_rejected() -> None:
         resolve_wandb_mode("cloud")
 
 
+def _probe_only_server() -> tuple[socket.socket, threading.Thread]:
+    """A local "W&B server" that accepts one connection (auto mode's reachability probe) and then
+    stops listening: wandb.init's own connections are refused, as when the network drops."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def accept_once() -> None:
+        connection, _ = server.accept()
+        connection.close()
+        server.close()
+
+    thread = threading.Thread(target=accept_once, daemon=True)
+    thread.start()
+    return server, thread
+
+
 @pytest.mark.slow
-def test_auto_mode_falls_back_to_offline_when_online_start_fails(
+def test_auto_mode_goes_offline_when_the_server_stops_answering_after_the_probe(
     tmp_path: Path, isolated_wandb: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A key W&B rejects locally (too short) and a "server" that accepts connections: auto picks
-    # online, wandb.init fails, and the run goes on offline.
-    monkeypatch.setenv("WANDB_API_KEY", "bad")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "2")  # W&B's own retry budget (default 90 s)
+    server, accepted = _probe_only_server()
+    port = server.getsockname()[1]
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
     console = io.StringIO()
+    logger = MetricsLogger(run_dir=tmp_path / "run", mode="auto", console=console)
+    accepted.join(timeout=10)
+    logger.log(1, {"train/loss": 1.0})
+    logger.close()
+    assert logger.wandb_mode == "offline"
+    lines = [line for line in console.getvalue().splitlines() if line.startswith("W&B:")]
+    assert len(lines) == 1  # said once, with the reason
+    assert lines[0].startswith("W&B: offline (logger.mode=auto: the W&B server did not answer")
+    assert "connection refused" in lines[0]
+    assert [row["train/loss"] for row in read_wandb_offline_metrics(tmp_path / "run")] == [1.0]
+
+
+def test_auto_mode_fails_on_an_api_key_the_server_rejects(
+    tmp_path: Path, isolated_wandb: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key exists (so this is not "no key") but W&B refuses it (too short): the user must fix
+    # the key; going offline would hide that the run is not where they look for it.
+    import wandb
+
+    monkeypatch.setenv("WANDB_API_KEY", "bad")
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
-        logger = MetricsLogger(run_dir=tmp_path / "run", mode="auto", console=console)
-    logger.log(1, {"train/loss": 1.0})
-    logger.close()
-    assert logger.wandb_mode == "offline"
-    assert "W&B: offline (online start failed: AuthenticationError" in console.getvalue()
-    assert [row["train/loss"] for row in read_wandb_offline_metrics(tmp_path / "run")] == [1.0]
+        with pytest.raises(wandb.errors.AuthenticationError) as failed:
+            MetricsLogger(run_dir=tmp_path / "run", mode="auto", console=io.StringIO())
+    notes = "\n".join(failed.value.__notes__)
+    assert "logger.mode=auto chose online" in notes and "logger.mode=offline" in notes
+
+
+def test_auto_mode_fails_on_an_invalid_init_argument(
+    tmp_path: Path, isolated_wandb: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wandb
+
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with socket.socket() as server:  # key and server both there: auto picks online
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        console = io.StringIO()
+        with pytest.raises(wandb.errors.UsageError, match="Invalid project name 'a/b'") as failed:
+            MetricsLogger(run_dir=tmp_path / "run", mode="auto", project="a/b", console=console)
+    assert "logger.mode=disabled" in "\n".join(failed.value.__notes__)
+    assert "offline" not in console.getvalue()  # no silent fallback
+    assert not list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+
+
+@pytest.mark.parametrize(
+    ("error", "falls_back"),
+    [
+        ("CommError:Post http://h/graphql: dial tcp: connect: connection refused", True),
+        ("CommError:Timed out initializing run: context deadline exceeded", True),
+        ("CommError:lookup api.wandb.ai: no such host", True),
+        ("UsageError:No API key configured. Use `wandb login` to log in.", True),
+        ("AuthenticationError:API key must have 40+ characters, has 3.", False),
+        ("CommError:permission denied for project adarl", False),
+        ("UsageError:Invalid project name 'a/b'", False),
+        ("ValueError:Tags must be between 1 and 64 characters", False),
+    ],
+)
+def test_only_missing_keys_and_network_failures_allow_the_offline_fallback(
+    error: str, falls_back: bool
+) -> None:
+    import wandb
+
+    kind, message = error.split(":", 1)
+    exception_type = getattr(wandb.errors, kind, None) or ValueError
+    reason = _offline_fallback_reason(exception_type(message))
+    assert (reason is not None) == falls_back
+    if reason is not None:
+        assert message.split(".")[0] in reason  # the console line carries W&B's own words
 
 
 def test_explicit_online_mode_without_a_key_fails_clearly(
