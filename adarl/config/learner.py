@@ -1,12 +1,16 @@
 """Structured config of the learners (DeepSpeed ZeRO), the policy loss and weight sync.
 
 Placement (how many learner actors, CPUs/GPUs each) lives in the cluster config; the model
-(path, tokenizer) in the model config. `build_learner_group` (adarl.learner) joins them.
+(path, tokenizer) in the model config. `build_learner_group` (adarl.learner) joins them. The
+learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (the builder's
+`temperature` argument), so log-probs, entropy and the KL reference use the sampling distribution.
 
 `LearnerConfig`
     zero_stage: DeepSpeed ZeRO stage 0-3 (0: plain data parallel; 1: optimizer state sharded;
         2: + gradients; 3: + parameters).
-    precision: "fp32", or "bf16" (bf16 weights/activations, fp32 master weights and optimizer).
+    precision: "fp32", or "bf16" (bf16 weights/activations, fp32 master weights and optimizer;
+        the model is loaded in bf16). With `model=hf` on GPUs use bf16 (and `rollout.dtype=
+        bfloat16` for the engines); fp32 on CPU.
     learning_rate: peak AdamW learning rate (torch.optim.AdamW, no compiled optimizer).
     adam_beta1, adam_beta2, adam_eps, weight_decay: the other AdamW settings.
     lr_warmup_steps: linear warm-up from 0 to `learning_rate` over this many optimizer steps,
@@ -17,6 +21,14 @@ Placement (how many learner actors, CPUs/GPUs each) lives in the cluster config;
         sequences). A step accumulates gradients over as many micro-batches as the batch needs;
         the result equals one big batch. A sequence longer than the budget gets a micro-batch
         of its own.
+    logprob_chunk_tokens: scored tokens per chunk of the output head. Log-probs and entropy are
+        computed only at response positions, this many at a time under activation
+        checkpointing, so the logits never exist as a [B, T, V] tensor: peak memory of the head
+        is about 4 × logprob_chunk_tokens × vocabulary × 4 bytes (1024 × 152k ≈ 2.5 GB; lower
+        it for large vocabularies on small GPUs). Results do not depend on it.
+    activation_checkpointing: recompute each transformer layer's activations in backward
+        instead of keeping them (HF gradient checkpointing, non-reentrant): memory per layer
+        falls from all its activations to its input, at about one extra forward of compute.
     seed: seed of each learner's torch RNG.
     reference_model: a model directory for the frozen KL reference; None = the initial policy.
         Loaded only when `loss.kl_coef` ≠ 0.
@@ -147,6 +159,8 @@ class LearnerConfig:
     lr_warmup_steps: int = 0
     max_grad_norm: float = 1.0
     max_tokens_per_micro_batch: int = 8192
+    logprob_chunk_tokens: int = 1024
+    activation_checkpointing: bool = False
     seed: int = 0
     reference_model: str | None = None
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
@@ -176,6 +190,11 @@ class LearnerConfig:
             raise ValueError(
                 f"learner.max_tokens_per_micro_batch={self.max_tokens_per_micro_batch} must be "
                 ">= 1 (it should hold at least your longest prompt + response)"
+            )
+        if self.logprob_chunk_tokens < 1:
+            raise ValueError(
+                f"learner.logprob_chunk_tokens={self.logprob_chunk_tokens} must be >= 1 (e.g. "
+                "1024; lower it if the output head runs out of memory)"
             )
         self.loss.validate()
         self.weight_sync.validate()

@@ -30,12 +30,17 @@ def build_learner_group(
     config: LearnerConfig,
     *,
     model_path: str,
+    temperature: float,
     num_learners: int = 1,
     in_process: bool = False,
     cpus_per_learner: float = 1.0,
     gpus_per_learner: float = 0.0,
 ) -> LearnerGroup:
-    """Start `num_learners` learners on the policy at `model_path` (an HF model directory)."""
+    """Start `num_learners` learners on the policy at `model_path` (an HF model directory).
+
+    `temperature`: the training rollouts' sampling temperature (`rollout.temperature`); the
+    learners score softmax(logits / temperature), the distribution the engines sampled from.
+    """
     config.validate()
     return LearnerGroup(
         num_learners=num_learners,
@@ -52,6 +57,9 @@ def build_learner_group(
         lr_warmup_steps=config.lr_warmup_steps,
         max_grad_norm=config.max_grad_norm,
         max_tokens_per_micro_batch=config.max_tokens_per_micro_batch,
+        logprob_chunk_tokens=config.logprob_chunk_tokens,
+        activation_checkpointing=config.activation_checkpointing,
+        temperature=temperature,
         loss=policy_loss_settings(config),
         reference_model_path=config.reference_model,
         seed=config.seed,

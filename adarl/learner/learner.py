@@ -20,6 +20,14 @@ many micro-batches as its token budget needs and calls `engine.step()` once. Eve
 loss is its additive share of the whole-batch loss (adarl.algo.loss normalises by whole-batch
 counts) times the world size, undoing DeepSpeed's averaging over ranks, so the accumulated
 gradient is exactly the gradient of the one big batch.
+
+The policy is π_T = softmax(logits / T) at the rollouts' temperature T (`temperature`): policy
+log-probs, entropy and the reference model's log-probs all use it, so the PPO ratio and the KL
+compare the distribution the engines sampled from (adarl/rollout/common.py). Log-probs and
+entropy come from `TokenScorer` (adarl/learner/logprobs.py): the output head runs only at the
+scored positions, `logprob_chunk_tokens` rows at a time under activation checkpointing, so no
+[B, T, V] tensor is ever formed. `activation_checkpointing` also checkpoints the transformer
+layers. The model is loaded in the training precision (bf16 weights under `precision="bf16"`).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import torch
 from adarl.algo.loss import Aggregation, KLEstimator, policy_loss
 from adarl.learner.batching import plan_micro_batches, sequence_lengths
 from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
+from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
 from adarl.types import TrainBatch
 
 if TYPE_CHECKING:
@@ -133,37 +142,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """log π(x_t | x_<t) stored at position t ([B, T, V], [B, T] -> [B, T]; position 0 is 0).
-
-    Follows adarl.types: a per-token quantity lives at the position of the token it scores, so
-    logits at t-1 score the token at t. Computed in float32 whatever the model's dtype.
-    """
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    scored = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.nn.functional.pad(scored, (1, 0))
-
-
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """H(π(· | x_<t)) at position t, aligned like `token_logprobs` ([B, T, V] -> [B, T])."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    entropy = -(logp.exp() * logp).sum(dim=-1)
-    return torch.nn.functional.pad(entropy, (1, 0))
-
-
-def _logprobs_and_entropy(
-    logits: torch.Tensor, input_ids: torch.Tensor, *, entropy_grad: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`token_logprobs` and `token_entropy` from one log-softmax; the entropy without gradient
-    unless it is trained on (logged only, it must not keep a [B, T, V] graph alive)."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    scored = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        entropy = -(logp.exp() * logp).sum(dim=-1)
-    pad = torch.nn.functional.pad
-    return pad(scored, (1, 0)), pad(entropy, (1, 0))
-
-
 class Learner:
     """One data-parallel rank (see the module docstring). All methods are called on every rank."""
 
@@ -187,6 +165,9 @@ class Learner:
         seed: int = 0,
         device: str = "auto",
         collective_timeout_s: float = 600.0,
+        temperature: float = 1.0,
+        logprob_chunk_tokens: int = 1024,
+        activation_checkpointing: bool = False,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
@@ -194,6 +175,12 @@ class Learner:
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+        if temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 (the rollouts' sampling temperature), got {temperature}"
+            )
+        if logprob_chunk_tokens < 1:
+            raise ValueError(f"logprob_chunk_tokens must be >= 1, got {logprob_chunk_tokens}")
         self.model_path = model_path
         self.rank = rank
         self.world_size = world_size
@@ -211,6 +198,9 @@ class Learner:
         self.seed = seed
         self.device_kind = device
         self.collective_timeout_s = collective_timeout_s
+        self.temperature = temperature
+        self.logprob_chunk_tokens = logprob_chunk_tokens
+        self.activation_checkpointing = activation_checkpointing
         self._engine: Any = None
         self._reference: Any = None  # a plain module, or a DeepSpeed engine under ZeRO-3
         self._device = torch.device("cpu")
@@ -299,17 +289,22 @@ class Learner:
     def _stage0_fp32(self) -> bool:
         return self.zero_stage == 0 and self.precision == "fp32"
 
-    def _load_model(self, path: str) -> torch.nn.Module:
+    def _load_model(self, path: str) -> TokenScorer:
         from transformers import AutoModelForCausalLM
 
         # Every rank loads the full model; `deepspeed.initialize` then partitions it (ZeRO-3).
         # Building it partitioned from the start (transformers' HfDeepSpeedConfig) would need the
         # `accelerate` package, which adarl does not depend on; host memory for one full copy per
-        # rank is the price.
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        # rank is the price. Loaded in the training precision: DeepSpeed's bf16 mode casts the
+        # module to bf16 before it makes the fp32 master copies, so loading fp32 first would only
+        # cost a transient fp32 copy per rank.
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         # Evaluation mode: no dropout, so the learner's log-probs are the engines' policy.
         model.eval()
-        return model
+        return TokenScorer(
+            model, temperature=self.temperature, chunk_tokens=self.logprob_chunk_tokens
+        )
 
     def _build_engine(self) -> Any:
         import deepspeed
@@ -340,6 +335,9 @@ class Learner:
             dist_init_required=False,
         )
         engine.eval()
+        if self.activation_checkpointing:
+            # After engine.eval(), which would clear the layers' training flag again.
+            enable_activation_checkpointing(engine.module.hf_model)
         return engine
 
     def _build_reference(self) -> Any:
@@ -349,8 +347,7 @@ class Learner:
         for p in model.parameters():
             p.requires_grad_(False)
         if self.zero_stage != 3:
-            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-            return model.to(device=self._device, dtype=dtype)
+            return model.to(device=self._device)
         # ZeRO-3: the reference is partitioned like the policy (a frozen engine, no optimizer).
         config = {k: v for k, v in self._deepspeed_config().items() if k != "gradient_clipping"}
         engine, _, _, _ = deepspeed.initialize(model=model, config=config, dist_init_required=False)
@@ -390,7 +387,12 @@ class Learner:
 
     @property
     def module(self) -> torch.nn.Module:
-        """The wrapped HF model (parameters partitioned under ZeRO-3)."""
+        """The HF model (parameters partitioned under ZeRO-3): config, weights, save_pretrained."""
+        return self.scorer.hf_model
+
+    @property
+    def scorer(self) -> TokenScorer:
+        """The module DeepSpeed wraps: the HF model's backbone and head, scoring tokens."""
         return self.engine.module
 
     def global_step(self) -> int:
@@ -414,21 +416,35 @@ class Learner:
         return parts + [None] * (num_micro_batches - len(plan))
 
     def _forward(
-        self, model: Any, micro: TrainBatch | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logits [B, T, V], input_ids, attention_mask) on this rank's device.
+        self,
+        model: Any,
+        micro: TrainBatch | None,
+        *,
+        score: str = "response",
+        entropy_grad: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log π_T [B, T], entropy [B, T], input_ids, attention_mask) on this rank's device.
 
-        `None` runs a one-token pass whose output is multiplied by zero by the caller: ranks with
-        fewer micro-batches take part in ZeRO's per-pass collectives without changing gradients.
+        `model` is a `TokenScorer` or a DeepSpeed engine around one. `score` picks the positions:
+        "response" (the response tokens: what the loss needs) or "all" (every real token after
+        the first). `None` runs a two-token pass whose output is multiplied by zero by the
+        caller: ranks with fewer micro-batches take part in ZeRO's per-pass collectives without
+        changing gradients (its one scored token reaches every parameter).
         """
         if micro is None:
-            input_ids = torch.zeros(1, 1, dtype=torch.long, device=self._device)
-            attention_mask = torch.ones(1, 1, dtype=torch.long, device=self._device)
+            input_ids = torch.zeros(1, 2, dtype=torch.long, device=self._device)
+            attention_mask = torch.ones(1, 2, dtype=torch.long, device=self._device)
+            scored = torch.tensor([[False, True]], device=self._device)
         else:
             input_ids = micro.input_ids.to(self._device)
             attention_mask = micro.attention_mask.to(self._device, dtype=torch.long)
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        return logits, input_ids, attention_mask
+            if score == "response":
+                scored = micro.response_mask.to(self._device)
+            else:
+                scored = attention_mask.bool()
+                scored[:, 0] = False
+        logprobs, entropy = model(input_ids, attention_mask, scored, entropy_grad=entropy_grad)
+        return logprobs, entropy, input_ids, attention_mask
 
     def train_step(
         self,
@@ -451,19 +467,17 @@ class Learner:
         with forward_backward.measure():
             for part in self._micro_batches(batch, num_micro_batches):
                 micro = None if part is None else part[1]
-                logits, input_ids, _ = self._forward(engine, micro)
+                logprobs, entropy, input_ids, _ = self._forward(
+                    engine, micro, entropy_grad=settings.entropy_coef != 0.0
+                )
                 if micro is None:
-                    engine.backward(logits.sum() * 0.0, scale_wrt_gas=False)
+                    engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
                     continue
                 padded_tokens += int(input_ids.numel())
-                logprobs, entropy = _logprobs_and_entropy(
-                    logits, input_ids, entropy_grad=settings.entropy_coef != 0.0
-                )
                 ref_logprobs = None
                 if self._reference is not None:
                     with torch.no_grad():
-                        ref_logits, _, _ = self._forward(self._reference, micro)
-                        ref_logprobs = token_logprobs(ref_logits, input_ids)
+                        ref_logprobs = self._forward(self._reference, micro)[0]
                 mask = micro.response_mask.to(self._device)
                 out = policy_loss(
                     logprobs=logprobs,
@@ -521,7 +535,7 @@ class Learner:
         One forward and one backward (w.r.t. the embedding output only) per micro-batch; no
         parameter gradient is formed, so the next `train_step` is unaffected.
         """
-        embedding = self.module.get_input_embeddings()
+        embedding = self.module.get_input_embeddings()  # the same module inside the scorer
         vocab_size = int(self.module.config.vocab_size)
         captured: list[torch.Tensor] = []
         hook = embedding.register_forward_hook(lambda _m, _i, output: captured.append(output))
@@ -532,17 +546,15 @@ class Learner:
                 # The bare module, not the engine: DeepSpeed's engine forward hooks its outputs so
                 # that only `engine.backward` may differentiate them. ZeRO-3's parameter gathering
                 # lives on the submodules and still runs.
-                logits, input_ids, attention_mask = self._forward(
-                    self.module, None if part is None else part[1]
+                logprobs, _, input_ids, attention_mask = self._forward(
+                    self.scorer, None if part is None else part[1]
                 )
                 (embedded,) = captured
                 if part is None:
-                    torch.autograd.grad(logits.sum() * 0.0, embedded)
+                    torch.autograd.grad(logprobs.sum() * 0.0, embedded)
                     continue
                 rows, micro = part
-                nll = response_nll(
-                    token_logprobs(logits, input_ids), micro.response_mask.to(self._device)
-                )
+                nll = response_nll(logprobs, micro.response_mask.to(self._device))
                 (grads,) = torch.autograd.grad(nll.sum(), embedded)
                 norms[torch.tensor(rows)] = per_sequence_embedding_grad_norms(
                     grads, input_ids, attention_mask.bool(), vocab_size=vocab_size
@@ -553,7 +565,8 @@ class Learner:
 
     @torch.no_grad()
     def score(self, batch: TrainBatch) -> torch.Tensor:  # [B, T] float32
-        """log π_θ at every position of `batch` (0 at position 0), for tests and diagnostics.
+        """log π_T (the learner's policy, at its temperature) at every real position of `batch`
+        (0 at position 0 and on padding), for tests and diagnostics.
 
         A collective under ZeRO-3: call on all ranks with the same batch.
         """
@@ -561,8 +574,8 @@ class Learner:
         plan = plan_micro_batches(sequence_lengths(batch), self.max_tokens_per_micro_batch)
         for rows in plan:
             micro = batch.select(rows)
-            logits, input_ids, _ = self._forward(self.module, micro)
-            out[torch.tensor(rows), : input_ids.shape[1]] = token_logprobs(logits, input_ids).cpu()
+            logprobs, _, input_ids, _ = self._forward(self.scorer, micro, score="all")
+            out[torch.tensor(rows), : input_ids.shape[1]] = logprobs.cpu()
         return out
 
     # ----------------------------------------------------------------------------- weights

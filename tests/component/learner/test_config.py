@@ -20,6 +20,7 @@ def test_defaults_are_valid() -> None:
         (LearnerConfig(zero_stage=4), "learner.zero_stage=4"),
         (LearnerConfig(precision="fp16"), "learner.precision='fp16'"),
         (LearnerConfig(max_tokens_per_micro_batch=0), "learner.max_tokens_per_micro_batch"),
+        (LearnerConfig(logprob_chunk_tokens=0), "learner.logprob_chunk_tokens=0"),
         (LearnerConfig(loss=PolicyLossConfig(aggregation="mean")), "learner.loss.aggregation"),
         (LearnerConfig(loss=PolicyLossConfig(dual_clip=0.9)), "learner.loss.dual_clip"),
         (
@@ -44,13 +45,26 @@ def test_builder_starts_a_group_from_config(tiny_policy_dir: str) -> None:
         zero_stage=2,
         learning_rate=1e-3,
         max_tokens_per_micro_batch=64,
+        logprob_chunk_tokens=3,
+        activation_checkpointing=True,
         loss=PolicyLossConfig(aggregation="sequence_mean", ratio_reference="learner", tis_cap=2.0),
     )
-    group = build_learner_group(config, model_path=tiny_policy_dir, in_process=True)
+    group = build_learner_group(
+        config, model_path=tiny_policy_dir, temperature=0.7, in_process=True
+    )
     try:
+        settings = group.rank0_submit(
+            lambda learner: (
+                learner.temperature,
+                learner.logprob_chunk_tokens,
+                learner.activation_checkpointing,
+                learner.module.model.layers[0].gradient_checkpointing,
+            )
+        ).result()
         result = group.train_step(small_batch())
     finally:
         group.shutdown()
+    assert settings == (0.7, 3, True, True)
     assert group.max_tokens_per_micro_batch == 64
     assert result.metrics["train/learning_rate"] == pytest.approx(1e-3)
     assert result.metrics["train/ratio_mean"] == pytest.approx(1.0)  # against the learner itself

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from adarl.algo.loss import policy_loss
 from adarl.learner import LearnerGroup, PolicyLossSettings
 from adarl.learner.batching import BatchCounts
-from adarl.learner.learner import token_entropy, token_logprobs
+from adarl.learner.learner import Learner
 from adarl.learner.synthetic import with_behaviour_logprobs
 from adarl.types import TrainBatch
 
@@ -27,6 +27,19 @@ LR = 1e-2
 # off by coordinates with |g| ≈ ε, where Adam turns round-off into O(lr) differences.
 ADAM_EPS = 1e-3
 MAX_GRAD_NORM = 0.02  # below the batches' gradient norms (≈0.04-0.1): clipping is active
+
+
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Textbook log softmax(logits / T)[token], from all [B, T, V] logits, shifted by one."""
+    logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+    return torch.nn.functional.pad(logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1), (1, 0))
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (1, 0))
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -71,15 +84,20 @@ def _plain_reference_steps(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("zero_stage", "max_tokens", "aggregation"),
+    ("zero_stage", "max_tokens", "aggregation", "chunk_tokens", "checkpointing"),
     [
-        (0, 10_000, "token_mean"),  # one micro-batch
-        (1, 40, "sequence_mean"),  # ~6 micro-batches per step, gradient accumulation
-        (3, 40, "sequence_sum"),
+        (0, 10_000, "token_mean", 1024, False),  # one micro-batch, one log-prob chunk
+        (1, 40, "sequence_mean", 5, False),  # ~6 micro-batches per step, gradient accumulation
+        (3, 40, "sequence_sum", 3, True),  # ZeRO-3 gathers the head per (recomputed) chunk
     ],
 )
 def test_steps_equal_plain_pytorch_on_one_big_batch(
-    tiny_policy_dir: str, zero_stage: int, max_tokens: int, aggregation: str
+    tiny_policy_dir: str,
+    zero_stage: int,
+    max_tokens: int,
+    aggregation: str,
+    chunk_tokens: int,
+    checkpointing: bool,
 ) -> None:
     loss = PolicyLossSettings(aggregation=aggregation, clip_low=0.2, clip_high=0.28)  # type: ignore[arg-type]
     batches = [small_batch(seed) for seed in range(3)]
@@ -93,6 +111,8 @@ def test_steps_equal_plain_pytorch_on_one_big_batch(
         max_grad_norm=MAX_GRAD_NORM,
         max_tokens_per_micro_batch=max_tokens,
         loss=loss,
+        logprob_chunk_tokens=chunk_tokens,
+        activation_checkpointing=checkpointing,
     )
     try:
         results = [group.train_step(batch) for batch in batches]
@@ -140,6 +160,49 @@ def test_bf16_zero3_with_reference_model(tiny_policy_dir: str) -> None:
     assert relative_error(weights["lm_head.weight"], initial["lm_head.weight"]) > 1e-3
 
 
+@pytest.mark.slow
+def test_temperature_applies_to_policy_reference_and_entropy(tiny_policy_dir: str) -> None:
+    # The learner's policy is softmax(logits / T) at the rollouts' temperature, everywhere.
+    temperature = 0.7
+    batch = small_batch(seed=5)
+    mask = batch.response_mask
+    model = AutoModelForCausalLM.from_pretrained(tiny_policy_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    at_t = token_logprobs(logits, batch.input_ids, temperature)
+    at_1 = token_logprobs(logits, batch.input_ids)
+    logp = torch.log_softmax(logits[:, :-1] / temperature, dim=-1)
+    entropy_at_t = torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (1, 0))[mask].mean()
+    group = LearnerGroup(
+        in_process=True,
+        model_path=tiny_policy_dir,
+        zero_stage=1,
+        learning_rate=LR,
+        temperature=temperature,
+        loss=PolicyLossSettings(kl_coef=0.1, entropy_coef=0.01),
+    )
+    try:
+        scores = group.score(batch)
+        step = group.train_step(with_behaviour_logprobs(batch, at_t))
+    finally:
+        group.shutdown()
+    torch.testing.assert_close(scores[mask], at_t[mask], atol=1e-5, rtol=0)
+    assert (scores - at_1)[mask].abs().max() > 0.05  # T = 0.7 is not T = 1
+    # On-policy at T: ratio 1; the reference scores at T too (KL 0); entropy of π_T.
+    assert step.metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert step.metrics["train/kl"] == pytest.approx(0.0, abs=1e-7)
+    assert step.metrics["train/entropy"] == pytest.approx(float(entropy_at_t), rel=1e-5)
+
+
+def test_model_loads_in_the_training_precision(tiny_policy_dir: str) -> None:
+    for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        scorer = Learner(model_path=tiny_policy_dir, precision=precision)._load_model(
+            tiny_policy_dir
+        )
+        assert {p.dtype for p in scorer.parameters()} == {dtype}
+        assert not scorer.training  # no dropout: the learner scores the engines' policy
+
+
 @pytest.fixture(scope="module")
 def group(tiny_policy_dir: str) -> Iterator[LearnerGroup]:
     """ZeRO-2 learner with a reference model and an entropy bonus, shared by the tests below.
@@ -154,6 +217,8 @@ def group(tiny_policy_dir: str) -> Iterator[LearnerGroup]:
         lr_warmup_steps=3,
         max_tokens_per_micro_batch=48,
         loss=PolicyLossSettings(kl_coef=0.1, kl_estimator="k3", entropy_coef=0.01),
+        logprob_chunk_tokens=4,  # many chunks per micro-batch, one that does not divide
+        activation_checkpointing=True,
     )
     yield learners
     learners.shutdown()
