@@ -18,9 +18,14 @@
         a NUMA node and fails intermittently); null on GPU to use gpu_memory_utilization.
     gpu_memory_utilization: fraction of GPU memory vLLM may use when kv_cache_memory_bytes is None.
     enforce_eager: vLLM without graph capture/compilation (required on CPU; faster start).
-    temperature, top_p, top_k, max_new_tokens: sampling parameters of training rollouts
-        (top_k 0 = disabled; temperature 0 = greedy). Log-probs are always those of the raw
-        policy at temperature 1 (see adarl/rollout/common.py).
+    temperature: sampling temperature T of training rollouts, > 0. The engines report
+        log-probs of softmax(logits / T) and the learner trains that same distribution π_T
+        (its log-probs, entropy and KL reference are all taken at T; adarl/rollout/common.py).
+        Greedy (0) is refused: a greedy rollout has no distribution to train on.
+    top_p, top_k: must stay 1.0 and 0 (disabled) for training rollouts: the learner cannot
+        reproduce a truncated distribution, so its ratio and KL would be taken against a
+        different one. Evaluation sampling has its own keys (`eval.*`).
+    max_new_tokens: longest response of a training rollout, in tokens.
 """
 
 from __future__ import annotations
@@ -83,12 +88,18 @@ class RolloutConfig:
             )
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError("rollout.gpu_memory_utilization must be in (0, 1]")
-        if self.temperature < 0:
-            raise ValueError(f"rollout.temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"rollout.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"rollout.top_k must be >= 0 (0 disables), got {self.top_k}")
+        if not self.temperature > 0:
+            raise ValueError(
+                f"rollout.temperature={self.temperature}: training rollouts need a temperature "
+                "> 0 (greedy samples have no distribution for the policy loss); use e.g. 1.0"
+            )
+        if self.top_p != 1.0 or self.top_k != 0:
+            raise ValueError(
+                f"rollout.top_p={self.top_p}, rollout.top_k={self.top_k}: training rollouts "
+                "cannot be truncated (the learner cannot reproduce a top-p/top-k distribution, "
+                "so the PPO ratio and KL would compare different policies); set "
+                "rollout.top_p=1.0 and rollout.top_k=0, and lower rollout.temperature instead"
+            )
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.max_model_len is not None and self.max_new_tokens >= self.max_model_len:

@@ -1,10 +1,14 @@
 """Conventions every engine shares: request validation, per-sample seeds, weight checks.
 
-Log-probability convention (all engines): `Completion.logprobs[i]` is the log-probability of the
-sampled token under the *raw* policy — softmax of the model's logits at temperature 1, before
-top-k/top-p filtering — whatever temperature the token was sampled at. This is the quantity the
-learner recomputes (log π_θ(y_t | x, y_<t)), so importance ratios compare like with like. vLLM
-calls this `logprobs_mode="raw_logprobs"`.
+Log-probability convention (all engines): `Completion.logprobs[i]` is log q(token_ids[i]), q the
+distribution the token was actually drawn from: softmax(logits / T) at the request's temperature
+T, restricted to the top-k / top-p set when those are on and renormalised (vLLM calls this
+`logprobs_mode="processed_logprobs"`). Greedy requests (T = 0) report the temperature-1 log-prob.
+Training rollouts never truncate (`RolloutConfig.validate` refuses top_p < 1 and top_k > 0, which
+the learner cannot reproduce) and sample at T > 0, so for them q = π_T = softmax(logits / T): the
+distribution the learner recomputes at the same T (`Learner(temperature=...)`), and the PPO ratio
+and the KL compare like with like, as in verl. `score(..., temperature=T)` is the teacher-forced
+log π_T(response_t | prompt, response_<t) (never truncated).
 
 Seeds: sample `i` of a request with seed `s` is drawn from a generator seeded with
 `sample_seed(s, i)`. The request seed is scrambled first, because vLLM seeds sample `i` with
@@ -66,7 +70,12 @@ def validate_score_inputs(
     response_token_ids: Sequence[Sequence[int]],
     *,
     max_model_len: int,
+    temperature: float = 1.0,
 ) -> None:
+    if not temperature > 0:
+        raise ValueError(
+            f"score: temperature must be > 0 (the policy is softmax(logits / T)), got {temperature}"
+        )
     if len(prompt_token_ids) != len(response_token_ids):
         raise ValueError(
             f"score: {len(prompt_token_ids)} prompts but {len(response_token_ids)} responses"

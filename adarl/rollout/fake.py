@@ -10,9 +10,11 @@ ratios computed from them are meaningful. Weights are not modelled: `update_weig
 the version (the pass rates do not move), which is what version-tagging tests need.
 
 Temperature 0 is greedy: the most probable response (the answer if pass_rate >=
-(1 - pass_rate) / num_wrong_answers, else the first wrong answer). Other sampling parameters only
-matter through `max_new_tokens` (a longer response is cut and flagged `LENGTH`) and
-`stop_token_ids`.
+(1 - pass_rate) / num_wrong_answers, else the first wrong answer). Any temperature > 0 samples the
+script itself, so the script is the sampling distribution π_T at every T and its log-probs are
+what `generate` reports and `score(..., temperature=T)` returns (adarl/rollout/common.py). Other
+sampling parameters only matter through `max_new_tokens` (a longer response is cut and flagged
+`LENGTH`) and `stop_token_ids`.
 """
 
 from __future__ import annotations
@@ -114,8 +116,14 @@ class FakeEngine:
         return results
 
     def score(
-        self, prompt_token_ids: Sequence[Sequence[int]], response_token_ids: Sequence[Sequence[int]]
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
     ) -> list[list[float]]:
+        if not temperature > 0:
+            raise ValueError(f"score: temperature must be > 0, got {temperature}")
         if len(prompt_token_ids) != len(response_token_ids):
             raise ValueError(
                 f"score: {len(prompt_token_ids)} prompts but {len(response_token_ids)} responses"

@@ -2,12 +2,13 @@
 
 A hand-written decode loop instead of `model.generate`, for three reasons: every sample gets its
 own seeded `torch.Generator` (so a sample does not depend on its batch neighbours' random draws),
-the log-probability of each sampled token is read from the same logits that produced it (raw
-policy, temperature 1: see `adarl.rollout.common`), and finish reasons are exact.
+the log-probability of each sampled token is read from the very distribution that drew it (see
+`adarl.rollout.common`), and finish reasons are exact.
 
-Sampling per step: logits → /temperature → top-k → top-p → probabilities → the exponential-race
-draw `argmax(p / q)`, q ~ Exp(1) from the sample's generator (an exact draw from p, also what
-vLLM's sampler does). Temperature 0 is greedy (argmax of the raw logits).
+Sampling per step: logits → /temperature → top-k → top-p (both as -inf logits) → log-softmax:
+the sampling distribution q, whose log q(token) is returned → the exponential-race draw
+`argmax(q / e)`, e ~ Exp(1) from the sample's generator (an exact draw from q, also what vLLM's
+sampler does). Temperature 0 is greedy: argmax of the raw logits, log-prob at temperature 1.
 """
 
 from __future__ import annotations
@@ -155,10 +156,17 @@ class HFEngine:
 
     @torch.inference_mode()
     def score(
-        self, prompt_token_ids: Sequence[Sequence[int]], response_token_ids: Sequence[Sequence[int]]
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
     ) -> list[list[float]]:
         validate_score_inputs(
-            prompt_token_ids, response_token_ids, max_model_len=self._max_model_len
+            prompt_token_ids,
+            response_token_ids,
+            max_model_len=self._max_model_len,
+            temperature=temperature,
         )
         scores: list[list[float]] = []
         pairs = list(zip(prompt_token_ids, response_token_ids, strict=True))
@@ -175,7 +183,7 @@ class HFEngine:
                 input_ids=input_ids.to(self._device),
                 attention_mask=attention_mask.to(self._device),
             ).logits.float()
-            logprobs = torch.log_softmax(logits, dim=-1).cpu()
+            logprobs = torch.log_softmax(logits / temperature, dim=-1).cpu()
             for row, (prompt, response) in enumerate(chunk):
                 # Token at position t is scored by the logits at t - 1.
                 positions = torch.arange(len(prompt) - 1, len(prompt) + len(response) - 1)
@@ -224,9 +232,8 @@ class HFEngine:
             )
             past = output.past_key_values
             logits = output.logits[:, -1, :].float()
-            next_tokens = self._sample(logits, rows, temperature)
-            raw_logprobs = torch.log_softmax(logits, dim=-1)
-            chosen = raw_logprobs.gather(1, next_tokens[:, None])[:, 0].tolist()
+            next_tokens, chosen_logprobs = self._sample(logits, rows, temperature)
+            chosen = chosen_logprobs.tolist()
             for i, row in enumerate(rows):
                 if row.finish is not None:
                     continue
@@ -245,30 +252,42 @@ class HFEngine:
 
     def _sample(
         self, logits: torch.Tensor, rows: list[_Row], temperature: torch.Tensor
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(next token [B], its log-probability under the distribution that drew it [B])."""
         greedy = temperature == 0
         scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
         vocab = scaled.shape[-1]
+        # Greedy rows are not truncated (vLLM resets their top-k/top-p too): their log-prob is the
+        # temperature-1 policy's.
         top_k = torch.tensor(
-            [row.sampling.top_k if 0 < row.sampling.top_k < vocab else vocab for row in rows],
+            [
+                row.sampling.top_k
+                if 0 < row.sampling.top_k < vocab and row.sampling.temperature > 0
+                else vocab
+                for row in rows
+            ],
             device=scaled.device,
         )
         if bool((top_k < vocab).any()):
             kth = scaled.sort(dim=-1, descending=True).values.gather(1, (top_k - 1)[:, None])
             scaled = scaled.masked_fill(scaled < kth, -torch.inf)
-        probs = torch.softmax(scaled, dim=-1)
-        top_p = torch.tensor([row.sampling.top_p for row in rows], device=scaled.device)
+        top_p = torch.tensor(
+            [row.sampling.top_p if row.sampling.temperature > 0 else 1.0 for row in rows],
+            device=scaled.device,
+        )
         if bool((top_p < 1).any()):
-            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            sorted_probs, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
             # Drop a token once the mass strictly before it already reaches top_p.
             drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p[:, None]
             drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-            probs = probs.masked_fill(drop, 0.0)
+            scaled = scaled.masked_fill(drop, -torch.inf)
+        logprobs = torch.log_softmax(scaled, dim=-1)  # the sampling distribution, renormalised
         noise = torch.stack(
             [
                 torch.empty(vocab, device=scaled.device).exponential_(generator=row.generator)
                 for row in rows
             ]
         )
-        sampled = (probs / noise).argmax(dim=-1)
-        return torch.where(greedy, logits.argmax(dim=-1), sampled)
+        sampled = (logprobs.exp() / noise).argmax(dim=-1)
+        tokens = torch.where(greedy, logits.argmax(dim=-1), sampled)
+        return tokens, logprobs.gather(1, tokens[:, None])[:, 0]

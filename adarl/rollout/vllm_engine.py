@@ -11,8 +11,13 @@ relies on (measured; docs/benchmarks.md and the project's environment notes):
   as the initial load and works on both platforms. The prefix cache holds KV computed with the
   old weights, so it is reset after every update.
 * `logprobs=0` returns exactly the sampled token's log-probability and `logprobs_mode=
-  "raw_logprobs"` makes it the raw policy's (temperature 1, unfiltered): the convention of
-  `adarl.rollout.common`. `prompt_logprobs=0` gives teacher-forced scores for `score`.
+  "processed_logprobs"` makes it that of the distribution that drew it (after temperature and
+  top-k/top-p, renormalised; greedy requests get the temperature-1 log-prob): the convention of
+  `adarl.rollout.common`, checked on the CPU build against softmax(logits / T) by the contract
+  tests. `prompt_logprobs=0` gives teacher-forced temperature-1 scores for `score`; vLLM never
+  applies a temperature to prompt log-probs, so `score` at T ≠ 1 asks for the processed
+  log-prob of each response token as a one-token generation (`logprob_token_ids`) from its
+  prefix: one request per response token, for tests and diagnostics.
 * vLLM seeds sample `i` of an `n`-sample request with `seed + i` and refuses `n > 1` when greedy;
   greedy requests are therefore split into `n` single-sample requests.
 """
@@ -94,7 +99,7 @@ class VLLMEngine:
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
             enforce_eager=enforce_eager,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode="processed_logprobs",
             **options,
         )
         self._tokenizer: PreTrainedTokenizerBase = load_tokenizer(model_path)
@@ -163,18 +168,27 @@ class VLLMEngine:
         ]
 
     def score(
-        self, prompt_token_ids: Sequence[Sequence[int]], response_token_ids: Sequence[Sequence[int]]
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
     ) -> list[list[float]]:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
         validate_score_inputs(
-            prompt_token_ids, response_token_ids, max_model_len=self._max_model_len
+            prompt_token_ids,
+            response_token_ids,
+            max_model_len=self._max_model_len,
+            temperature=temperature,
         )
+        if temperature != 1.0:
+            return self._score_at_temperature(prompt_token_ids, response_token_ids, temperature)
+        scores: list[list[float]] = [[] for _ in response_token_ids]
         # One extra generated token is unavoidable; prompt_logprobs scores the given sequence.
         params = VLLMSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
         todo = [i for i, response in enumerate(response_token_ids) if response]
-        scores: list[list[float]] = [[] for _ in response_token_ids]
         if not todo:
             return scores
         prompts = [
@@ -190,6 +204,37 @@ class VLLMEngine:
                 entry[token].logprob for entry, token in zip(positions, tokens, strict=True)
             ]
         return scores
+
+    def _score_at_temperature(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        temperature: float,
+    ) -> list[list[float]]:
+        """log π_T of each response token, read as the processed log-prob of a one-token
+        generation at temperature T from the token's prefix (see the module docstring)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts: list[TokensPrompt] = []
+        params: list[VLLMSamplingParams] = []
+        for prompt, response in zip(prompt_token_ids, response_token_ids, strict=True):
+            for t, token in enumerate(response):
+                prompts.append(TokensPrompt(prompt_token_ids=[*prompt, *response[:t]]))
+                params.append(
+                    VLLMSamplingParams(
+                        max_tokens=1,
+                        temperature=temperature,
+                        logprob_token_ids=[int(token)],
+                        seed=0,  # the drawn token is discarded; seeded for batch invariance
+                        detokenize=False,
+                    )
+                )
+        outputs = iter(self._llm.generate(prompts, params, use_tqdm=False) if prompts else [])
+        return [
+            [next(outputs).outputs[0].logprobs[0][int(token)].logprob for token in response]
+            for response in response_token_ids
+        ]
 
     def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
         _silence_rotary_reload_warning()

@@ -1,7 +1,9 @@
 """The contract every real engine meets, run against vLLM (CPU build) and the HF engine.
 
 One engine per backend for the whole module (vLLM takes ~10 s to start). Tests that change
-weights restore them before returning.
+weights restore them before returning. The log-prob convention (adarl/rollout/common.py): an
+engine reports the log-prob of the distribution that drew the token (temperature, then top-k /
+top-p, renormalised), and at T = 0.7 that equals the learner's own log π_T.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from adarl.learner import LearnerGroup
 from adarl.models.loading import load_tokenizer
 from adarl.rollout.base import RolloutEngine
-from adarl.types import FinishReason, GenerationRequest, GenerationResult, SamplingParams
+from adarl.types import (
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    TrainBatch,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -81,13 +90,39 @@ def make_requests(
     ]
 
 
+def sampling_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float):
+    """[N, V] logits of the distribution a sampler draws from: / T, then top-k, then top-p (the
+    smallest set of most likely tokens holding mass ≥ top_p), the rest at -inf."""
+    scaled = logits / temperature
+    if top_k > 0:
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, -torch.inf)
+    if top_p < 1.0:
+        ascending, order = scaled.sort(dim=-1)
+        cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= 1 - top_p  # the tail holding at most 1 - top_p of the mass
+        drop[:, -1] = False
+        scaled = scaled.masked_fill(torch.zeros_like(drop).scatter(1, order, drop), -torch.inf)
+    return scaled
+
+
 @torch.no_grad()
-def teacher_forced(model: PreTrainedModel, prompt: tuple[int, ...], response: tuple[int, ...]):
-    """log π(response[t] | prompt, response[:t]) from one unpadded forward pass."""
+def teacher_forced(
+    model: PreTrainedModel,
+    prompt: tuple[int, ...],
+    response: tuple[int, ...],
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+):
+    """log q(response[t] | prompt, response[:t]) from one unpadded forward pass, q the sampling
+    distribution at (temperature, top_k, top_p)."""
     sequence = torch.tensor([list(prompt) + list(response)])
-    logprobs = torch.log_softmax(model(sequence).logits[0].float(), dim=-1)
     positions = torch.arange(len(prompt) - 1, len(prompt) + len(response) - 1)
-    return logprobs[positions, torch.tensor(response)]
+    logits = model(sequence).logits[0].float()[positions]
+    logprobs = torch.log_softmax(sampling_logits(logits, temperature, top_k, top_p), dim=-1)
+    return logprobs[torch.arange(len(response)), torch.tensor(response)]
 
 
 def collapse_weights(model: PreTrainedModel, token_id: int) -> dict[str, torch.Tensor]:
@@ -122,10 +157,11 @@ def test_implements_the_protocol(engine: RolloutEngine) -> None:
     "sampling",
     [
         {"temperature": 1.0},
+        {"temperature": 0.7},
         {"temperature": 0.7, "top_k": 5},
         {"temperature": 1.3, "top_p": 0.9},
     ],
-    ids=["t1", "t0.7-topk5", "t1.3-topp0.9"],
+    ids=["t1", "t0.7", "t0.7-topk5", "t1.3-topp0.9"],
 )
 def test_logprobs_match_teacher_forcing(
     engine: RolloutEngine,
@@ -133,35 +169,112 @@ def test_logprobs_match_teacher_forcing(
     reference: PreTrainedModel,
     sampling: dict,
 ) -> None:
-    # Whatever the sampling parameters, the returned log-prob is the raw policy's (T = 1).
+    # The returned log-prob is that of the distribution that drew the token.
     requests = make_requests(tokenizer, seed=3, **sampling)
     checked = 0
+    truncation_mattered = 0.0
     for request, result in zip(requests, engine.generate(requests), strict=True):
         assert result.request_id == request.request_id
         assert len(result.completions) == request.num_samples
         for completion in result.completions:
             assert len(completion.logprobs) == len(completion.token_ids) > 0
-            expected = teacher_forced(reference, request.prompt_token_ids, completion.token_ids)
+            prompt, tokens = request.prompt_token_ids, completion.token_ids
+            expected = teacher_forced(reference, prompt, tokens, **sampling)
             got = torch.tensor(completion.logprobs)
             torch.testing.assert_close(got, expected, atol=LOGPROB_TOLERANCE, rtol=0)
+            untruncated = teacher_forced(
+                reference, prompt, tokens, temperature=sampling["temperature"]
+            )
+            truncation_mattered = max(truncation_mattered, float((got - untruncated).max()))
             checked += len(completion.token_ids)
     assert checked >= len(PROMPTS) * 4
+    if "top_k" in sampling or "top_p" in sampling:
+        assert truncation_mattered > 10 * LOGPROB_TOLERANCE  # renormalised over the kept set
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_score_matches_teacher_forcing(
-    engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, reference: PreTrainedModel
+    engine: RolloutEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    reference: PreTrainedModel,
+    temperature: float,
 ) -> None:
     prompts = [tuple(tokenizer(p)["input_ids"]) for p in PROMPTS]
     responses = [tuple(tokenizer.encode(a, add_special_tokens=False)) for a in ("19", "13", "7")]
     responses += [(), (tokenizer.eos_token_id,), responses[0] + (tokenizer.eos_token_id,)]
-    scores = engine.score(prompts, responses)
+    scores = engine.score(prompts, responses, temperature=temperature)
     assert [len(s) for s in scores] == [len(r) for r in responses]
     for prompt, response, score in zip(prompts, responses, scores, strict=True):
         if response:
-            expected = teacher_forced(reference, prompt, response)
+            expected = teacher_forced(reference, prompt, response, temperature=temperature)
             torch.testing.assert_close(
                 torch.tensor(score), expected, atol=LOGPROB_TOLERANCE, rtol=0
             )
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        engine.score(prompts, responses, temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def learner_at_07(engine: RolloutEngine, tiny_model_path: str) -> Iterator[LearnerGroup]:
+    """A real in-process learner at T = 0.7; started after the engine (an in-process vLLM engine
+    owns this process's one-rank torch.distributed world, which the learner then shares)."""
+    group = LearnerGroup(in_process=True, model_path=tiny_model_path, zero_stage=0, temperature=0.7)
+    yield group
+    group.shutdown()
+
+
+def rollouts_batch(requests: list[GenerationRequest], results: list[GenerationResult]):
+    """The completions as a right-padded TrainBatch with the engine's log-probs as behaviour."""
+    rows = [
+        (request.prompt_token_ids, completion)
+        for request, result in zip(requests, results, strict=True)
+        for completion in result.completions
+    ]
+    length = max(len(prompt) + len(c.token_ids) for prompt, c in rows)
+    batch = TrainBatch(
+        input_ids=torch.zeros(len(rows), length, dtype=torch.long),
+        attention_mask=torch.zeros(len(rows), length, dtype=torch.bool),
+        response_mask=torch.zeros(len(rows), length, dtype=torch.bool),
+        behaviour_logprobs=torch.zeros(len(rows), length),
+        advantages=torch.zeros(len(rows), length),
+        prompt_index=torch.arange(len(rows)),
+    )
+    for row, (prompt, completion) in enumerate(rows):
+        end = len(prompt) + len(completion.token_ids)
+        batch.input_ids[row, :end] = torch.tensor(list(prompt) + list(completion.token_ids))
+        batch.attention_mask[row, :end] = True
+        batch.response_mask[row, len(prompt) : end] = True
+        batch.behaviour_logprobs[row, len(prompt) : end] = torch.tensor(completion.logprobs)
+    return batch
+
+
+def test_logprobs_at_t07_equal_the_learners(
+    engine: RolloutEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    reference: PreTrainedModel,
+    learner_at_07: LearnerGroup,
+) -> None:
+    # Sampling at T = 0.7 and training at T = 0.7 see one distribution: the engine's log-probs
+    # (and its teacher-forced score at 0.7) equal the learner's, token for token.
+    requests = make_requests(tokenizer, seed=21, temperature=0.7)
+    results = engine.generate(requests)
+    batch = rollouts_batch(requests, results)
+    mask = batch.response_mask
+    assert int(mask.sum()) >= len(PROMPTS) * 4
+    learner = learner_at_07.score(batch)
+    engine_logprobs = batch.behaviour_logprobs
+    torch.testing.assert_close(engine_logprobs[mask], learner[mask], atol=LOGPROB_TOLERANCE, rtol=0)
+    prompts = [r.prompt_token_ids for r in requests for _ in range(r.num_samples)]
+    responses = [c.token_ids for result in results for c in result.completions]
+    scored = torch.zeros_like(engine_logprobs)
+    for row, values in enumerate(engine.score(prompts, responses, temperature=0.7)):
+        scored[row, len(prompts[row]) : len(prompts[row]) + len(values)] = torch.tensor(values)
+    torch.testing.assert_close(scored[mask], learner[mask], atol=LOGPROB_TOLERANCE, rtol=0)
+    # ...and neither is the temperature-1 policy's, so a wrong temperature would fail above.
+    at_1 = torch.cat(
+        [teacher_forced(reference, p, r) for p, r in zip(prompts, responses, strict=True)]
+    )
+    assert (engine_logprobs[mask] - at_1).abs().max() > 0.05
 
 
 def test_seeded_generation_is_reproducible(

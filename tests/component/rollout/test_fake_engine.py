@@ -89,6 +89,22 @@ def test_logprobs_are_the_scripted_policy_and_match_score(
     assert scored == [list(c.logprobs) for c in result.completions]
 
 
+def test_the_script_is_the_sampling_distribution_at_every_temperature(
+    tokenizer: PreTrainedTokenizerFast,
+) -> None:
+    # The fake has no logits to scale: sampling at T = 0.7 draws the script, so its log-probs
+    # and its score at 0.7 are the script's, and a greedy "distribution" cannot be scored.
+    engine = FakeEngine(tokenizer=tokenizer, script=SCRIPT, num_wrong_answers=3)
+    req = request(tokenizer, "12+7-3=", n=16, temperature=0.7)
+    [result] = engine.generate([req])
+    prompts = [req.prompt_token_ids] * len(result.completions)
+    responses = [c.token_ids for c in result.completions]
+    scored = engine.score(prompts, responses, temperature=0.7)
+    assert scored == [list(c.logprobs) for c in result.completions]
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        engine.score(prompts, responses, temperature=0.0)
+
+
 def test_truncation_is_flagged(tokenizer: PreTrainedTokenizerFast) -> None:
     engine = FakeEngine(tokenizer=tokenizer, script=SCRIPT)
     [result] = engine.generate([request(tokenizer, "99*99=", n=8, max_new_tokens=2)])
