@@ -11,7 +11,13 @@
 A save writes everything into a private tmp dir, fsyncs it, renames it to `step_NNNNNN` in one
 `os.replace`, then replaces the `latest` pointer the same way. A crash at any point leaves the
 previous `latest` intact; `latest()` ignores tmp dirs and the next `CheckpointManager` deletes
-them. Checkpoints are pickles: load only checkpoints you (or your runs) wrote.
+them.
+
+Loading never runs arbitrary pickled code: object pieces are read with `torch.load(...,
+weights_only=True)`, which rebuilds only tensors, plain containers and scalars, plus the globals
+`load_checkpoint` allows explicitly: dataclasses and enums defined in adarl's own modules (the
+typed records of adarl/types.py and the allocator's state) and numpy arrays and scalars (RNG
+states). A piece that needs anything else fails to load with a message naming the global.
 
 What a piece is: a callable `write(path)` that fills the directory `path` (for state that saves
 itself, e.g. `lambda path: engine.save_checkpoint(str(path))`), or any other object, saved with
@@ -20,6 +26,9 @@ itself, e.g. `lambda path: engine.save_checkpoint(str(path))`), or any other obj
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import importlib
 import json
 import os
 import random
@@ -205,8 +214,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     directories: dict[str, Path] = {}
     for name, kind in manifest["pieces"].items():
         if kind == "object":
-            # weights_only=False: pieces are arbitrary records (dataclasses, numpy RNG tuples).
-            objects[name] = torch.load(path / f"{name}.pt", map_location="cpu", weights_only=False)
+            objects[name] = _load_object(path / f"{name}.pt")
         elif kind == "directory":
             directories[name] = path / name
         else:
@@ -254,6 +262,56 @@ def resolve_resume(run_dir: str | Path, resume: str | Path | None) -> Path | Non
         f"resume={setting}: no complete checkpoint in it or in its {CHECKPOINTS_DIR}/; point "
         f"it at RUN_DIR, RUN_DIR/{CHECKPOINTS_DIR} or RUN_DIR/{CHECKPOINTS_DIR}/step_NNNNNN"
     )
+
+
+# numpy globals an object piece may need (arrays: numpy's RNG state; scalars: metric values), by
+# the name the pickle records (numpy 2 moved `numpy.core` to `numpy._core`).
+_NUMPY_GLOBALS = {
+    f"{prefix}.{name}"
+    for prefix in ("numpy.core.multiarray", "numpy._core.multiarray")
+    for name in ("_reconstruct", "scalar")
+} | {"numpy.ndarray", "numpy.dtype"}
+_ADARL_GLOBAL = re.compile(r"^adarl(?:\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def _load_object(path: Path) -> Any:
+    """`torch.load(weights_only=True)` with exactly the extra globals this piece needs, each
+    checked against the policy in the module docstring before it is allowed."""
+    with path.open("rb") as file:
+        needed = torch.serialization.get_unsafe_globals_in_checkpoint(file)
+    allowed = [_allowed_global(name, path) for name in needed]
+    if any(name.endswith(".dtype") for name in needed):
+        # A dtype is rebuilt as an instance of its class (numpy.dtypes.UInt32DType, ...), which
+        # the pickle does not name as a global: allow numpy's dtype classes with numpy.dtype.
+        import numpy.dtypes
+
+        allowed += [
+            cls
+            for cls in vars(numpy.dtypes).values()
+            if isinstance(cls, type) and issubclass(cls, np.dtype)
+        ]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _allowed_global(name: str, path: Path) -> Any:
+    module_name, _, attribute = name.rpartition(".")
+    allowed: Any = None
+    if name in _NUMPY_GLOBALS:
+        allowed = getattr(importlib.import_module(module_name), attribute)
+    elif _ADARL_GLOBAL.match(module_name) and attribute.isidentifier():
+        candidate = getattr(importlib.import_module(module_name), attribute, None)
+        is_record = dataclasses.is_dataclass(candidate) and isinstance(candidate, type)
+        if is_record or (isinstance(candidate, type) and issubclass(candidate, enum.Enum)):
+            allowed = candidate
+    if allowed is None:
+        raise ValueError(
+            f"{path}: the checkpoint needs {name!r}, which adarl does not unpickle (only tensors, "
+            "plain containers and scalars, numpy arrays, and adarl's own dataclasses and enums). "
+            "If adarl wrote it, the component that owns this piece put another kind of object in "
+            "its state_dict: store plain data there instead"
+        )
+    return allowed
 
 
 # --------------------------------------------------------------------------------------------

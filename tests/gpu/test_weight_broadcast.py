@@ -111,7 +111,7 @@ def test_broadcast_between_processes(backend: str, tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
     mp.spawn(_member, args=(_free_port(), backend, str(tmp_path)), nprocs=2, join=True)
-    received = torch.load(tmp_path / "received.pt")
+    received = torch.load(tmp_path / "received.pt", weights_only=True)
     expected = _weights("cpu")
     assert received.keys() == expected.keys()
     for name, tensor in expected.items():

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from adarl.allocator.allocator import CarriedGroup
 from adarl.checkpoint import (
     CheckpointManager,
     capture_rng_state,
@@ -24,7 +26,14 @@ from adarl.checkpoint import (
     restore_rng_state,
 )
 from adarl.config.checkpoint import CheckpointConfig
-from adarl.types import TaskExample
+from adarl.types import (
+    Completion,
+    FinishReason,
+    Group,
+    Rollout,
+    ScoredRollout,
+    TaskExample,
+)
 
 
 def write_learner(path: Path) -> None:
@@ -219,6 +228,95 @@ def test_save_rejects_bad_input(tmp_path: Path) -> None:
 def test_load_rejects_a_directory_that_is_not_a_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not a complete adarl checkpoint"):
         load_checkpoint(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# loading is weights_only: no pickled code runs
+
+
+class RunsCodeWhenUnpickled:
+    """What a tampered checkpoint holds: unpickling it runs a command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (f"touch {self.marker}",)
+
+
+@dataclass(frozen=True)
+class NotAnAdarlRecord:
+    value: int
+
+
+def test_loading_a_checkpoint_never_runs_pickled_code(tmp_path: Path) -> None:
+    marker = tmp_path / "code_ran"
+    path = CheckpointManager(tmp_path, keep_last=1).save(
+        1, {"allocator": {"state": RunsCodeWhenUnpickled(marker)}}
+    )
+    with pytest.raises(ValueError, match=r"needs '(posix|os)\.system'.*does not unpickle"):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_only_adarl_records_and_numpy_are_allowed_beyond_tensors(tmp_path: Path) -> None:
+    path = CheckpointManager(tmp_path, keep_last=1).save(1, {"foreign": NotAnAdarlRecord(3)})
+    with pytest.raises(ValueError, match="NotAnAdarlRecord"):
+        load_checkpoint(path)
+
+
+def test_allocator_records_numpy_and_rng_state_survive_weights_only_loading(
+    tmp_path: Path,
+) -> None:
+    # The kinds of objects a BudgetAllocator's state_dict holds mid-step (pools of scored
+    # rollouts, carried groups), numpy values, and the RNG states of the process.
+    completion = Completion(
+        token_ids=(3, 4), logprobs=(-0.5, -0.25), finish_reason=FinishReason.STOP, text="16"
+    )
+    scored = ScoredRollout(
+        rollout=Rollout(
+            request_id="r1",
+            prompt_id="p1",
+            prompt_token_ids=(1, 2),
+            completion=completion,
+            weight_version=4,
+        ),
+        reward=1.0,
+    )
+    group = Group(
+        prompt_id="p1",
+        rollouts=(scored,),
+        advantages=(0.5,),
+        pool_size=8,
+        pool_positives=3,
+        resolved=True,
+    )
+    allocator_state = {
+        "examples": {"p1": TaskExample(prompt_id="p1", prompt="12+4=", answer="16")},
+        "pools": {"p1": [scored]},
+        "carry": [CarriedGroup(group=group, step=2, weight_version=4)],
+        "last_metrics": {"sampling/x": np.float64(0.25), "sampling/n": np.int64(7)},
+        "counts": np.arange(5, dtype=np.int32),
+    }
+    rng_state = capture_rng_state()
+    path = CheckpointManager(tmp_path, keep_last=1).save(
+        3, {"allocator": allocator_state, "rng": rng_state}
+    )
+    loaded = load_checkpoint(path).objects
+    restored = loaded["allocator"]
+    assert restored["examples"] == allocator_state["examples"]
+    assert restored["pools"] == allocator_state["pools"]
+    assert restored["carry"] == allocator_state["carry"]
+    assert restored["pools"]["p1"][0].rollout.completion.finish_reason is FinishReason.STOP
+    assert restored["last_metrics"] == {"sampling/x": 0.25, "sampling/n": 7}
+    assert type(restored["last_metrics"]["sampling/x"]) is np.float64
+    assert np.array_equal(restored["counts"], np.arange(5, dtype=np.int32))
+    assert draw_after(loaded["rng"]) == draw_after(rng_state)
+
+
+def draw_after(state: dict) -> tuple[float, float, list[float]]:
+    restore_rng_state(state)
+    return draw()
 
 
 # ---------------------------------------------------------------------------------------------
