@@ -13,6 +13,7 @@ Each area documents its fields once, in its own module's docstring:
 | `logger` | `LoggerConfig` | adarl/config/logger.py |
 | `checkpoint` | `CheckpointConfig` | adarl/config/checkpoint.py |
 | `trainer`, `eval`, `cluster` | `TrainerConfig`, ... | adarl/config/run.py |
+| `seed` (root) and derived seeds | | adarl/config/seeds.py |
 
 YAML files under `adarl/conf/` hold only overrides of these defaults. Unknown keys fail when
 Hydra composes the config (the schemas are structured); `AdarlConfig.validate()` then checks
@@ -32,6 +33,7 @@ from adarl.config.model import ModelConfig
 from adarl.config.reward import RewardConfig
 from adarl.config.rollout import RolloutConfig
 from adarl.config.run import ClusterConfig, EvalConfig, TrainerConfig
+from adarl.config.seeds import DERIVED_SEEDS, component_seed
 from adarl.config.tasks import TaskConfig
 
 __all__ = [
@@ -52,7 +54,9 @@ __all__ = [
 
 @dataclass
 class AdarlConfig:
-    """Root config. `name` labels the run (experiments set it); `seed` seeds everything."""
+    """Root config. `name` labels the run (experiments set it); `seed` seeds everything: every
+    component seed left unset is derived from it when the config is built (adarl/config/seeds.py).
+    """
 
     name: str = "custom"
     seed: int = 0
@@ -67,6 +71,17 @@ class AdarlConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def __post_init__(self) -> None:
+        self.resolve_seeds()
+
+    def resolve_seeds(self) -> None:
+        """Fill every unset component seed with one derived from the root `seed`."""
+        for path in DERIVED_SEEDS:
+            area_name, key = path.split(".")
+            area = getattr(self, area_name)
+            if getattr(area, key) is None:
+                setattr(area, key, component_seed(self.seed, path))
 
     def validate(self) -> None:
         """Static validation: every area, then the combinations no single area can see."""

@@ -29,7 +29,7 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
     activation_checkpointing: recompute each transformer layer's activations in backward
         instead of keeping them (HF gradient checkpointing, non-reentrant): memory per layer
         falls from all its activations to its input, at about one extra forward of compute.
-    seed: seed of each learner's torch RNG.
+    seed: seed of each learner's torch RNG; None (default) = derived from the root `seed`.
     reference_model: a model directory for the frozen KL reference; None = the initial policy.
         Loaded only when `loss.kl_coef` ≠ 0.
     loss: the policy loss (`PolicyLossConfig`).
@@ -161,7 +161,7 @@ class LearnerConfig:
     max_tokens_per_micro_batch: int = 8192
     logprob_chunk_tokens: int = 1024
     activation_checkpointing: bool = False
-    seed: int = 0
+    seed: int | None = None
     reference_model: str | None = None
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)

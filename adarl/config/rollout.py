@@ -6,7 +6,8 @@
     (How many engines run and with which resources is the cluster's business:
     `cluster.rollout_engines`, `cluster.cpus_per_engine`, `cluster.gpus_per_engine`,
     `cluster.in_process`; see adarl/config/run.py.)
-    seed: engine seed (vLLM's global seed); sampling itself is seeded per request.
+    seed: engine seed (vLLM's global seed); sampling itself is seeded per request. None
+        (default) = derived from the root `seed` (adarl/config/seeds.py).
     dtype: engine weights' dtype: "float32" on CPU, "bfloat16"/"float16" on GPU.
     device: device of the "hf" engine ("cpu", "cuda"); vLLM picks its platform itself.
     max_model_len: longest prompt + response in tokens; None = the model's maximum.
@@ -43,7 +44,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 @dataclass
 class RolloutConfig:
     engine: str = "vllm"
-    seed: int = 0
+    seed: int | None = None
     dtype: str = "float32"
     device: str = "cpu"
     max_model_len: int | None = 256

@@ -18,7 +18,8 @@
         (`sampling/data_rows_skipped_<problem>` in the source's metrics).
     max_prompt_chars: a longer prompt (in characters) is a bad row.
     shuffle: visit the prompts in a seeded random order, reshuffled every epoch (else file order).
-    seed: seed of that order.
+    seed: seed of that order; None (default) = derived from the root `seed`
+        (adarl/config/seeds.py).
     arithmetic: the built-in task (`ArithmeticConfig`).
 
 `FieldsConfig` (column names; a dotted path reads nested records: "reward_model.ground_truth",
@@ -124,7 +125,7 @@ class TaskConfig:
     on_bad_row: str = "error"
     max_prompt_chars: int = 8192
     shuffle: bool = True
-    seed: int = 0
+    seed: int | None = None
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
 
     def validate(self) -> None:

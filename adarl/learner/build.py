@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from adarl.config.seeds import seed_or_default
 from adarl.learner.group import LearnerGroup
 from adarl.learner.learner import PolicyLossSettings
 
@@ -62,6 +63,6 @@ def build_learner_group(
         temperature=temperature,
         loss=policy_loss_settings(config),
         reference_model_path=config.reference_model,
-        seed=config.seed,
+        seed=seed_or_default(config.seed),
         device="cuda" if gpus_per_learner > 0 else "cpu",
     )

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adarl.config.rollout import RolloutConfig
+from adarl.config.seeds import seed_or_default
 from adarl.rollout.base import RolloutEngine
 from adarl.rollout.fake import FakeEngine, FakePrompt
 
@@ -23,7 +24,7 @@ def engine_class_and_kwargs(
 
         return VLLMEngine, {
             "model_path": model_path,
-            "seed": config.seed,
+            "seed": seed_or_default(config.seed),
             "dtype": config.dtype,
             "max_model_len": config.max_model_len,
             "max_num_seqs": config.max_num_seqs,
@@ -51,7 +52,7 @@ def engine_class_and_kwargs(
     return FakeEngine, {
         "tokenizer": load_tokenizer(model_path),
         "script": dict(fake_script),
-        "seed": config.seed,
+        "seed": seed_or_default(config.seed),
     }
 
 

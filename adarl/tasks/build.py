@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from adarl.config.seeds import seed_or_default
 from adarl.config.tasks import ArithmeticConfig, TaskConfig
 from adarl.tasks.arithmetic import (
     DEFAULT_LEVELS,
@@ -60,13 +61,16 @@ def build_prompt_source(config: TaskConfig) -> PromptSource:
             test_fraction=arithmetic.test_fraction,
         )
         return PromptSource(
-            examples=examples, seed=config.seed, shuffle=config.shuffle, name="arithmetic"
+            examples=examples,
+            seed=seed_or_default(config.seed),
+            shuffle=config.shuffle,
+            name="arithmetic",
         )
     assert config.path is not None  # validate() checked it
     loaded = _load(config, config.path)
     return PromptSource(
         examples=loaded.examples,
-        seed=config.seed,
+        seed=seed_or_default(config.seed),
         shuffle=config.shuffle,
         name=config.path,
         rows_skipped=loaded.rows_skipped,
