@@ -60,6 +60,8 @@ class PromptSourceLike(Protocol):
 
 
 class RolloutPoolLike(Protocol):
+    """`RolloutPool`, or a simulated pool with the same calls (adarl.bench.simulated)."""
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]: ...
     def submit(self, requests: Sequence[GenerationRequest]) -> None: ...
     def drain_completed(self) -> list[GenerationResult]: ...
@@ -79,21 +81,47 @@ class HintSlot(Protocol):
     def __call__(self, requests: list[PromptRequest]) -> list[PromptRequest]: ...
 
 
+def merge_metrics(sources: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """One step's metrics from several components; a name emitted by two of them is a bug.
+
+    `sources` maps a component's name to its metrics. Raises ValueError naming the metric and
+    both components, so that no component silently overwrites another's number.
+    """
+    merged: dict[str, float] = {}
+    owner: dict[str, str] = {}
+    for component, metrics in sources.items():
+        for name, value in metrics.items():
+            if name in merged:
+                raise ValueError(
+                    f"metric {name!r} is emitted by both {owner[name]} and {component}; metric "
+                    "names must be unique: rename one of them"
+                )
+            merged[name] = value
+            owner[name] = component
+    return merged
+
+
 @dataclass
 class StageTimer:
-    """Wall time per named stage, accumulated over the run and per step."""
+    """Wall time per named stage, accumulated over the run and per step.
+
+    Stages of the step itself (`step_seconds`) are popped into that step's metrics; stages
+    outside a step (evaluation, checkpointing: `per_step=False`) only add to the run's totals,
+    so they are never counted in the next step's timings.
+    """
 
     step_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     total_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str, *, per_step: bool = True) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
         finally:
             elapsed = time.perf_counter() - start
-            self.step_seconds[name] += elapsed
+            if per_step:
+                self.step_seconds[name] += elapsed
             self.total_seconds[name] += elapsed
 
     def pop_step(self) -> dict[str, float]:
@@ -109,17 +137,42 @@ class EvalResult:
     num_prompts: int
     samples_per_prompt: int
     completions: list[dict[str, Any]]
+    accuracy_by_difficulty: dict[str, float] = field(default_factory=dict)
+    cost_metrics: dict[str, float] = field(default_factory=dict)  # eval/reward_*, timing/eval_*
 
     def metrics(self) -> dict[str, float]:
         out = {"eval/accuracy": self.accuracy, "eval/num_prompts": float(self.num_prompts)}
         if self.greedy_accuracy is not None:
             out["eval/greedy_accuracy"] = self.greedy_accuracy
-        return out
+        for level, accuracy in self.accuracy_by_difficulty.items():
+            out[f"eval/accuracy_by_difficulty/{level}"] = accuracy
+        return {**out, **self.cost_metrics}
+
+
+def difficulty_label(difficulty: float | None) -> str:
+    """A difficulty as a metric-name suffix: "2" for 2.0, "0.5" for 0.5, "none" if unset."""
+    if difficulty is None:
+        return "none"
+    return f"{difficulty:g}"
+
+
+def eval_reward_metrics(pool_metrics: Mapping[str, float]) -> dict[str, float]:
+    """The reward pool's counters over an evaluation, renamed so they never mix with training:
+    `sampling/reward_X` -> `eval/reward_X`, `timing/reward_X` -> `timing/eval_reward_X`."""
+    out = {}
+    for name, value in pool_metrics.items():
+        group, _, rest = name.partition("/")
+        out[f"eval/{rest}" if group == "sampling" else f"timing/eval_{rest}"] = value
+    return out
 
 
 @dataclass
 class Evaluator:
-    """Held-out accuracy with no hint: mean over samples at temperature T, plus greedy."""
+    """Held-out accuracy with no hint: mean over samples at temperature T, plus greedy.
+
+    Its prompts never carry a hint (`PromptRequest.hint` is None): evaluation measures the
+    deployment condition, hint level 0.
+    """
 
     examples: Sequence[TaskExample]
     codec: PromptCodec
@@ -133,6 +186,11 @@ class Evaluator:
     def evaluate(
         self, rollout: RolloutPoolLike, rewards: RewardPoolLike, *, step: int
     ) -> EvalResult:
+        if not self.examples:
+            raise ValueError(
+                "Evaluator has no held-out examples; set task.test_path or task.test_fraction"
+            )
+        rewards.metrics()  # opens the reward pool's window: the counters below are eval only
         sampled = self._accuracy(
             rollout,
             rewards,
@@ -156,9 +214,12 @@ class Evaluator:
             else None
         )
         scores, scored = sampled
+        by_level: dict[str, list[float]] = defaultdict(list)
+        for example, score in zip(self.examples, scores, strict=True):
+            by_level[difficulty_label(example.difficulty)].append(score)
         return EvalResult(
-            accuracy=float(np.mean(scores)) if scores else 0.0,
-            greedy_accuracy=(float(np.mean(greedy[0])) if greedy and greedy[0] else None),
+            accuracy=float(np.mean(scores)),
+            greedy_accuracy=(float(np.mean(greedy[0])) if greedy else None),
             num_prompts=len(self.examples),
             samples_per_prompt=self.samples_per_prompt,
             completions=[
@@ -171,6 +232,10 @@ class Evaluator:
                 }
                 for ex, s in scored[: self.completions_to_log]
             ],
+            accuracy_by_difficulty={
+                level: float(np.mean(values)) for level, values in sorted(by_level.items())
+            },
+            cost_metrics=eval_reward_metrics(rewards.metrics()),
         )
 
     def _accuracy(
@@ -194,16 +259,147 @@ class Evaluator:
             for index, example in enumerate(self.examples)
         ]
         sent = [self.codec.generation_request(r, sampling=sampling) for r in requests]
+        results = rollout.generate(sent)
+        rollouts = [
+            PromptCodec.rollouts(request, generation, result)
+            for request, generation, result in zip(requests, sent, results, strict=True)
+        ]
+        scored_all = rewards.score(
+            [r for per_prompt in rollouts for r in per_prompt],
+            [request.example for request, rs in zip(requests, rollouts, strict=True) for _ in rs],
+        )
         per_prompt: list[float] = []
         shown: list[tuple[TaskExample, ScoredRollout]] = []
-        for request, generation, result in zip(requests, sent, rollout.generate(sent), strict=True):
-            scored = rewards.score(
-                PromptCodec.rollouts(request, generation, result),
-                [request.example] * len(result.completions),
-            )
+        offset = 0
+        for request, prompt_rollouts in zip(requests, rollouts, strict=True):
+            scored = scored_all[offset : offset + len(prompt_rollouts)]
+            offset += len(prompt_rollouts)
             per_prompt.append(float(np.mean([s.reward for s in scored])))
             shown.extend((request.example, s) for s in scored[:1])
         return per_prompt, shown
+
+
+@dataclass(frozen=True)
+class RolloutPhase:
+    """What one step's sampling produced, and what it cost."""
+
+    result: StepResult  # the allocator's groups, counts and sampling/signal metrics
+    metrics: dict[str, float]  # the rollout and reward pools' metrics and the phase's timings
+    rollouts: int  # responses generated for training in this phase
+    tokens: int  # their response tokens
+    wall_s: float  # the phase's duration on `clock`
+
+
+def collect_groups(
+    step: int,
+    examples: Sequence[TaskExample],
+    *,
+    allocator: BudgetAllocator,
+    rollout: RolloutPoolLike,
+    rewards: RewardPoolLike,
+    prompts: PromptSourceLike,
+    codec: PromptCodec,
+    hints: HintSlot | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RolloutPhase:
+    """One step's rollout phase: stream requests through the engines until the allocator says
+    the step is complete.
+
+        dispatch(allocator.start_step(step, examples))
+        until the allocator reports the step complete:
+            if it wants more prompts (dynamic filter): hand it prompts.next_batch(k)
+            else: take every result already back, score them together, and hand them to the
+                  allocator in one call; dispatch the follow-up draws they unlock
+
+    The driver runs exactly this function; `adarl.bench.sampler` and the component tests run it
+    with a simulated rollout pool and its virtual `clock`, so what they measure is this loop.
+    Timings (on `clock`): `timing/rollout_wait_s` blocked waiting for engines,
+    `timing/allocator_s` in allocator calls, `timing/dispatch_s` building and submitting
+    requests; the reward pool reports `timing/reward_s` (scoring) itself.
+    """
+    phase_start = clock()
+    waited = in_allocator = dispatching = 0.0
+    rollouts_done = tokens_done = 0
+    rollout.metrics()  # opens the rollout pool's window: its metrics below are this phase only
+    rewards.metrics()  # likewise for the reward pool (evaluation traffic is counted apart)
+    pending: dict[str, tuple[PromptRequest, GenerationRequest]] = {}
+
+    def dispatch(requests: Sequence[PromptRequest]) -> None:
+        nonlocal dispatching
+        if not requests:
+            return
+        start = clock()
+        chosen = hints(list(requests)) if hints is not None else list(requests)
+        sent = [codec.generation_request(r) for r in chosen]
+        for request, generation in zip(chosen, sent, strict=True):
+            pending[request.request_id] = (request, generation)
+        rollout.submit(sent)
+        dispatching += clock() - start
+
+    start = clock()
+    first = allocator.start_step(step, examples)
+    state = allocator.update()
+    in_allocator += clock() - start
+    dispatch(first)
+    while not state.complete:
+        if state.prompts_wanted:
+            batch = prompts.next_batch(state.prompts_wanted)
+            start = clock()
+            state = allocator.update(new_examples=batch)
+            in_allocator += clock() - start
+            dispatch(state.requests)
+            continue
+        if not pending:
+            raise RuntimeError(
+                f"step {step}: the allocator is waiting for results but no request is in "
+                "flight; this is a bug in the sampler (it neither finished nor asked for more)"
+            )
+        start = clock()
+        returned = rollout.drain_completed()
+        waited += clock() - start
+        per_result: list[list[Rollout]] = []
+        flat_examples: list[TaskExample] = []
+        for result in returned:
+            request, sent = pending.pop(result.request_id)
+            per_result.append(PromptCodec.rollouts(request, sent, result))
+            flat_examples += [request.example] * len(per_result[-1])
+        flat = [r for rs in per_result for r in rs]
+        rollouts_done += len(flat)
+        tokens_done += sum(len(r.completion.token_ids) for r in flat)
+        # One scoring call and one allocator call for everything that came back together.
+        scored = rewards.score(flat, flat_examples) if flat else []
+        observed, offset = [], 0
+        for result, rs in zip(returned, per_result, strict=True):
+            observed.append((result.request_id, scored[offset : offset + len(rs)]))
+            offset += len(rs)
+        start = clock()
+        state = allocator.update(results=observed)
+        in_allocator += clock() - start
+        dispatch(state.requests)
+    pool_metrics = rollout.metrics()
+    start = clock()
+    result = allocator.finish_step(
+        engine_utilisation=pool_metrics.get("perf/rollout_engine_utilisation")
+    )
+    in_allocator += clock() - start
+    metrics = merge_metrics(
+        {
+            "rollout pool": pool_metrics,
+            "reward pool": rewards.metrics(),
+            "rollout phase": {
+                "timing/rollout_wait_s": waited,
+                "timing/allocator_s": in_allocator,
+                "timing/dispatch_s": dispatching,
+            },
+        }
+    )
+    return RolloutPhase(
+        result=result,
+        metrics=metrics,
+        rollouts=rollouts_done,
+        tokens=tokens_done,
+        wall_s=clock() - phase_start,
+    )
 
 
 @dataclass
@@ -243,16 +439,18 @@ class Driver:
         self.hints = hints
         self.on_step_end = on_step_end
         self.timer = StageTimer()
-        self.rollouts_generated = 0
+        self.rollouts_generated = 0  # training rollouts only (evaluation is counted apart)
         self.tokens_generated = 0
 
     # -- one step, stage by stage ---------------------------------------------------------------
 
     def step(self, step: int) -> StepOutcome:
+        step_start = time.perf_counter()
         with self.timer.stage("data"):
             examples = self.prompts.next_batch(self.prompts_per_step)
         with self.timer.stage("rollout"):
-            result, rollout_metrics = self.collect_groups(step, examples)
+            phase = self.collect_groups(step, examples)
+        result = phase.result
         with self.timer.stage("batch"):
             batch = TrainBatch.from_groups(result.groups, pad_token_id=self.codec.pad_token_id)
         with self.timer.stage("train"):
@@ -261,79 +459,42 @@ class Driver:
         if train_metrics["train/skipped_empty_batch"] == 0.0:  # new weights exist only then
             with self.timer.stage("weight_sync"):
                 sync_metrics = self.sync_weights()
-        metrics = {
-            **result.metrics,
-            **train_metrics,
-            **sync_metrics,
-            **rollout_metrics,
-            **self.rewards.metrics(),
-            **self.prompts.metrics(),
-            **self.timer.pop_step(),
-            "perf/rollouts_total": float(self.rollouts_generated),
-            "perf/tokens_total": float(self.tokens_generated),
-        }
+        timings = self.timer.pop_step()
+        timings["timing/step_s"] = time.perf_counter() - step_start
+        metrics = merge_metrics(
+            {
+                "allocator": result.metrics,
+                "learners": train_metrics,
+                "weight sync": sync_metrics,
+                "rollout phase": phase.metrics,
+                "prompt source": self.prompts.metrics(),
+                "driver": {
+                    **timings,
+                    "perf/rollouts_total": float(self.rollouts_generated),
+                    "perf/tokens_total": float(self.tokens_generated),
+                },
+            }
+        )
         outcome = StepOutcome(step=step, metrics=metrics, result=result)
         if self.on_step_end is not None:
             self.on_step_end(outcome)
         return outcome
 
-    def collect_groups(
-        self, step: int, examples: Sequence[TaskExample]
-    ) -> tuple[StepResult, dict[str, float]]:
-        """Stream requests through the engines until the allocator says the step is complete.
-
-        Returns the allocator's step result and the rollout pool's metrics for the phase.
-        """
-        self.rollout.metrics()  # opens the measurement window of this rollout phase
-        pending: dict[str, tuple[PromptRequest, GenerationRequest]] = {}
-        self.dispatch(self.allocator.start_step(step, examples), pending)
-        while not self.allocator.step_complete():
-            wanted = self.allocator.needs_prompts()
-            if wanted:
-                self.dispatch(self.allocator.add_prompts(self.prompts.next_batch(wanted)), pending)
-                continue
-            if not pending:
-                raise RuntimeError(
-                    f"step {step}: the allocator is waiting for results but no request is in "
-                    "flight; this is a bug in the sampler (it neither finished nor asked for more)"
-                )
-            # Take every result that is already back before dispatching follow-ups, so that
-            # follow-ups travel to the engines in few, large calls.
-            follow_ups: list[PromptRequest] = []
-            for result in self.rollout.drain_completed():
-                follow_ups += self.observe(result, pending)
-            self.dispatch(follow_ups, pending)
-        pool_metrics = self.rollout.metrics()
-        result = self.allocator.finish_step(
-            engine_utilisation=pool_metrics.get("perf/rollout_engine_utilisation")
+    def collect_groups(self, step: int, examples: Sequence[TaskExample]) -> RolloutPhase:
+        """This step's rollout phase (`collect_groups` above), counted in the run's totals."""
+        phase = collect_groups(
+            step,
+            examples,
+            allocator=self.allocator,
+            rollout=self.rollout,
+            rewards=self.rewards,
+            prompts=self.prompts,
+            codec=self.codec,
+            hints=self.hints,
         )
-        return result, pool_metrics
-
-    def observe(
-        self,
-        result: GenerationResult,
-        pending: dict[str, tuple[PromptRequest, GenerationRequest]],
-    ) -> list[PromptRequest]:
-        """Score one engine result and hand it to the allocator; returns its follow-ups."""
-        request, sent = pending.pop(result.request_id)
-        rollouts = PromptCodec.rollouts(request, sent, result)
-        self.rollouts_generated += len(rollouts)
-        self.tokens_generated += sum(len(r.completion.token_ids) for r in rollouts)
-        scored = self.rewards.score(rollouts, [request.example] * len(rollouts))
-        return self.allocator.observe(result.request_id, scored)
-
-    def dispatch(
-        self,
-        requests: list[PromptRequest],
-        pending: dict[str, tuple[PromptRequest, GenerationRequest]],
-    ) -> None:
-        if self.hints is not None and requests:
-            requests = self.hints(requests)
-        sent = [self.codec.generation_request(r) for r in requests]
-        for request, generation in zip(requests, sent, strict=True):
-            pending[request.request_id] = (request, generation)
-        if sent:
-            self.rollout.submit(sent)
+        self.rollouts_generated += phase.rollouts
+        self.tokens_generated += phase.tokens
+        return phase
 
     def train(self, step: int, batch: TrainBatch, result: StepResult) -> dict[str, float]:
         if batch.num_sequences == 0:

@@ -34,8 +34,8 @@ class RunSummary:
 
     name: str
     steps: int
-    base_accuracy: float  # held-out, no hint, mean over samples at eval temperature
-    final_accuracy: float
+    base_accuracy: float | None  # held-out, no hint, mean over samples at eval temperature;
+    final_accuracy: float | None  # None = the task has no held-out set
     base_greedy_accuracy: float | None
     final_greedy_accuracy: float | None
     rollouts_generated: int
@@ -64,13 +64,21 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
     stages = ", ".join(f"{k} {v:.0f}s" for k, v in summary.time_per_stage_s.items())
+    if summary.base_accuracy is None:
+        accuracy = (
+            "  held-out accuracy: n/a (no held-out set: set task.test_path or test_fraction)\n"
+        )
+    else:
+        accuracy = (
+            f"  held-out accuracy (T=1 mean): {pct(summary.base_accuracy)} -> "
+            f"{pct(summary.final_accuracy)}\n"
+            f"  held-out accuracy (greedy):   {pct(summary.base_greedy_accuracy)} -> "
+            f"{pct(summary.final_greedy_accuracy)}\n"
+        )
     return (
         f"\nadarl run '{summary.name}' finished: {summary.steps} steps in "
         f"{summary.wall_time_s:.0f}s ({stages})\n"
-        f"  held-out accuracy (T=1 mean): {pct(summary.base_accuracy)} -> "
-        f"{pct(summary.final_accuracy)}\n"
-        f"  held-out accuracy (greedy):   {pct(summary.base_greedy_accuracy)} -> "
-        f"{pct(summary.final_greedy_accuracy)}\n"
+        f"{accuracy}"
         f"  rollouts generated: {summary.rollouts_generated}, tokens: "
         f"{summary.tokens_generated}\n"
         f"  run directory: {run_dir}"

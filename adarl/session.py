@@ -23,7 +23,8 @@ from adarl.allocator.build import allocator_kwargs
 from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
 from adarl.cluster import blocking_proxy, ensure_ray, plan_resources, spawn_actor
 from adarl.config import AdarlConfig
-from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome
+from adarl.config.seeds import seed_or_default
+from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, resolve_model_config
@@ -80,6 +81,15 @@ class TrainingSession:
         config = self.config
         cluster = config.cluster
         self.started = time.perf_counter()
+        # Data first: a task that cannot fill a step fails before any actor or model starts.
+        self.prompts = build_prompt_source(config.task)
+        num_prompts = len(self.prompts.examples)
+        if num_prompts < config.allocator.prompts_per_step:
+            raise ValueError(
+                f"the task has {num_prompts} training prompts but allocator.prompts_per_step="
+                f"{config.allocator.prompts_per_step}: a step would hold a prompt twice; lower "
+                f"allocator.prompts_per_step to at most {num_prompts} or add prompts"
+            )
         if not cluster.in_process:
             import ray
 
@@ -109,20 +119,28 @@ class TrainingSession:
             ),
         )
 
-        self.prompts = build_prompt_source(config.task)
         test_examples = build_test_examples(config.task)
         if config.eval.num_prompts:
             test_examples = test_examples[: config.eval.num_prompts]
-        self.evaluator = Evaluator(
-            examples=test_examples,
-            codec=self.codec,
-            samples_per_prompt=config.eval.samples_per_prompt,
-            temperature=config.eval.temperature,
-            max_new_tokens=config.eval.max_new_tokens,
-            greedy=config.eval.greedy,
-            completions_to_log=config.eval.completions_to_log,
-            seed=config.seed + 7919,
-        )
+        # No held-out set (a file task without test_path/test_fraction): no evaluation at all,
+        # reported as "n/a", never as an accuracy of 0.
+        self.evaluator: Evaluator | None = None
+        if test_examples:
+            self.evaluator = Evaluator(
+                examples=test_examples,
+                codec=self.codec,
+                samples_per_prompt=config.eval.samples_per_prompt,
+                temperature=config.eval.temperature,
+                max_new_tokens=config.eval.max_new_tokens,
+                greedy=config.eval.greedy,
+                completions_to_log=config.eval.completions_to_log,
+                seed=seed_or_default(config.eval.seed),
+            )
+        else:
+            log.warning(
+                "no held-out set (task.test_path and task.test_fraction unset): held-out accuracy "
+                "is not measured in this run"
+            )
         self.rewards = build_reward_pool(config.reward, [config.task.verifier_name])
         self._closers.append(self.rewards.close)
 
@@ -150,6 +168,7 @@ class TrainingSession:
         self._closers.append(self.rollout.shutdown)
         self.learners = build_learner_group(
             config.learner,
+            temperature=config.rollout.temperature,  # log-probs of the distribution sampled
             model_path=model_path,
             num_learners=cluster.learners,
             in_process=cluster.in_process,
@@ -194,21 +213,40 @@ class TrainingSession:
     def train(self) -> RunSummary:
         config = self.config
         total = config.trainer.total_steps
-        if self.base_eval is None:
+        budget = config.trainer.max_rollouts
+        if self.base_eval is None and self.start_step == 0:
             self.base_eval = self.evaluate(step=0)
-            self.logger.log(0, {**self.base_eval.metrics(), "timing/build_s": self.build_s})
+            base_metrics = self.base_eval.metrics() if self.base_eval is not None else {}
+            self.logger.log(0, {**base_metrics, "timing/build_s": self.build_s})
         last_eval = self.base_eval
+        last_step = self.start_step
         for step in range(self.start_step + 1, total + 1):
+            rollouts_before = self.driver.rollouts_generated
             outcome = self.driver.step(step)
+            last_step = step
+            rollouts = self.driver.rollouts_generated
+            out_of_budget = budget is not None and rollouts >= budget
+            final = step == total or out_of_budget
             metrics = dict(outcome.metrics)
-            if step == total or (config.eval.every_steps and step % config.eval.every_steps == 0):
-                last_eval = self.evaluate(step=step)
-                metrics.update(last_eval.metrics())
+            metrics["perf/wall_s"] = self.wall_s()
+            if self._eval_due(step, rollouts_before, rollouts, final=final):
+                evaluated = self.evaluate(step=step)
+                if evaluated is not None:
+                    last_eval = evaluated
+                    metrics = merge_metrics({"step": metrics, "evaluation": evaluated.metrics()})
             self.logger.log(step, metrics)
             self._warn_if_no_signal(outcome)
             every = config.checkpoint.every_steps
-            if step == total or (every and step % every == 0):
+            if final or (every and step % every == 0):
                 self.save(step)
+            if out_of_budget:
+                log.info(
+                    "step %d: %d training rollouts reached trainer.max_rollouts=%d: stopping",
+                    step,
+                    rollouts,
+                    budget,
+                )
+                break
         if self.start_step >= total:
             log.warning(
                 "resumed at step %d >= trainer.total_steps=%d: nothing to do",
@@ -221,14 +259,14 @@ class TrainingSession:
         }
         return RunSummary(
             name=config.name,
-            steps=total,
-            base_accuracy=self.base_eval.accuracy,
-            final_accuracy=last_eval.accuracy,
-            base_greedy_accuracy=self.base_eval.greedy_accuracy,
-            final_greedy_accuracy=last_eval.greedy_accuracy,
+            steps=last_step,
+            base_accuracy=None if self.base_eval is None else self.base_eval.accuracy,
+            final_accuracy=None if last_eval is None else last_eval.accuracy,
+            base_greedy_accuracy=None if self.base_eval is None else self.base_eval.greedy_accuracy,
+            final_greedy_accuracy=None if last_eval is None else last_eval.greedy_accuracy,
             rollouts_generated=self.driver.rollouts_generated,
             tokens_generated=self.driver.tokens_generated,
-            wall_time_s=self.previous_wall_s + time.perf_counter() - self.started,
+            wall_time_s=self.wall_s(),
             time_per_stage_s={
                 "build": self.build_s,
                 **{name: seconds for name, seconds in timing.items()},
@@ -236,21 +274,41 @@ class TrainingSession:
             resumed_from_step=self.start_step if self.resume_path is not None else None,
         )
 
-    def evaluate(self, *, step: int) -> EvalResult:
-        with self.driver.timer.stage("eval"):
+    def wall_s(self) -> float:
+        """This run's wall time so far, across resumes."""
+        return self.previous_wall_s + time.perf_counter() - self.started
+
+    def _eval_due(self, step: int, rollouts_before: int, rollouts: int, *, final: bool) -> bool:
+        """At the last step, every `eval.every_steps` steps, and whenever the training rollouts
+        cross a multiple of `eval.every_rollouts`."""
+        every_steps, every_rollouts = self.config.eval.every_steps, self.config.eval.every_rollouts
+        if final or (every_steps and step % every_steps == 0):
+            return True
+        return (
+            bool(every_rollouts) and rollouts // every_rollouts > rollouts_before // every_rollouts
+        )
+
+    def evaluate(self, *, step: int) -> EvalResult | None:
+        """Held-out accuracy now; None when the task has no held-out set."""
+        if self.evaluator is None:
+            return None
+        start = time.perf_counter()
+        with self.driver.timer.stage("eval", per_step=False):
             result = self.evaluator.evaluate(self.rollout, self.rewards, step=step)
+        result.cost_metrics["timing/eval_s"] = time.perf_counter() - start
         if result.completions:
             self.logger.log_completions(step, result.completions)
         return result
 
     def _warn_if_no_signal(self, outcome: StepOutcome) -> None:
         mixed = outcome.metrics.get("signal/mixed_group_fraction")
-        if mixed == 0.0:
+        if mixed == 0.0 and outcome.result.groups:
             log.warning(
-                "step %d: no trained group has mixed outcomes: this step produced no learning "
-                "signal (every prompt all-correct or all-wrong). Check the task's difficulty "
-                "and the verifier (reward/* metrics).",
+                "step %d: none of the %d trained groups has mixed outcomes: this step produced no "
+                "learning signal (every prompt all-correct or all-wrong). Check the task's "
+                "difficulty and the verifier (signal/reward_mean, sampling/reward_errors).",
                 outcome.step,
+                len(outcome.result.groups),
             )
 
     # -- checkpoint / resume -------------------------------------------------------------------
@@ -261,7 +319,7 @@ class TrainingSession:
         def write_learner(directory: Path) -> None:
             self.learners.save_checkpoint(directory)
 
-        with driver.timer.stage("checkpoint"):
+        with driver.timer.stage("checkpoint", per_step=False):
             return self.checkpoints.save(
                 step,
                 {
@@ -275,7 +333,7 @@ class TrainingSession:
                         "rollouts_generated": driver.rollouts_generated,
                         "tokens_generated": driver.tokens_generated,
                         "timing_total_s": dict(driver.timer.total_seconds),
-                        "wall_s": self.previous_wall_s + time.perf_counter() - self.started,
+                        "wall_s": self.wall_s(),
                         "base_eval": None if self.base_eval is None else self.base_eval.__dict__,
                     },
                 },

@@ -5,7 +5,7 @@ sampler (`uniform`, `seq_pos`, `seq_balance` streaming or in rounds, `dynamic_fi
 `gvm`), and turns the scored pools into training `Group`s with the `GroupBuilder`.
 """
 
-from adarl.allocator.allocator import BudgetAllocator, CarriedGroup, StepResult
+from adarl.allocator.allocator import BudgetAllocator, CarriedGroup, StepResult, StreamUpdate
 from adarl.allocator.build import build_allocator, build_group_builder, build_sampler
 from adarl.allocator.group_builder import AdvantageMode, GroupBuilder
 from adarl.allocator.samplers import (
@@ -38,6 +38,7 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "StepResult",
+    "StreamUpdate",
     "UniformSampler",
     "build_allocator",
     "build_group_builder",

@@ -70,6 +70,19 @@ class StepResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StreamUpdate:
+    """The allocator's answer to one `update` call: what to dispatch now, where the step stands.
+
+    One call per batch of returned results keeps the driver at one round trip per batch when the
+    allocator is a Ray actor (instead of observe + step_complete + needs_prompts per result).
+    """
+
+    requests: tuple[PromptRequest, ...]  # to dispatch now
+    prompts_wanted: int  # `needs_prompts()` after this update
+    complete: bool  # `step_complete()` after this update
+
+
 @dataclass
 class _OpenRequest:
     prompt_id: str
@@ -176,6 +189,26 @@ class BudgetAllocator:
         if self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING:
             self._finish_order.append(request.prompt_id)
         return self._dispatch()
+
+    def update(
+        self,
+        *,
+        results: Sequence[tuple[str, Sequence[ScoredRollout]]] = (),
+        new_examples: Sequence[TaskExample] | None = None,
+    ) -> StreamUpdate:
+        """Observe every `(request_id, scored rollouts)` of `results` in order, then, if
+        `new_examples` is given, add them as the answer to `needs_prompts()` (an empty list: the
+        source has none left); returns the requests all of it unlocked and the step's state."""
+        requests: list[PromptRequest] = []
+        for request_id, scored in results:
+            requests += self.observe(request_id, scored)
+        if new_examples is not None:
+            requests += self.add_prompts(new_examples)
+        return StreamUpdate(
+            requests=tuple(requests),
+            prompts_wanted=self.needs_prompts(),
+            complete=self.step_complete(),
+        )
 
     def step_complete(self) -> bool:
         """True once nothing is in flight and the sampler wants no more draws or prompts."""
@@ -370,14 +403,8 @@ class BudgetAllocator:
         return requests
 
     def _warn(self, result: StepResult) -> None:
+        # (A step with no mixed group is reported once, by the session, where the console is.)
         m = result.metrics
-        if result.groups and m["signal/mixed_group_fraction"] == 0.0:
-            logger.warning(
-                "step %d: none of the %d trained groups has mixed outcomes: no learning signal "
-                "(every reward equal within each group)",
-                result.step,
-                len(result.groups),
-            )
         if m.get("signal/groups_short", 0.0) > 0:
             logger.warning(
                 "step %d: trained on %d groups, %d short of the target of %d (%s); the step "

@@ -14,6 +14,7 @@ from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
 from adarl.allocator.stats import PromptStatsStore
 from adarl.config.allocator import AllocatorConfig
+from adarl.config.seeds import seed_or_default
 
 
 def build_sampler(config: AllocatorConfig) -> Sampler:
@@ -74,7 +75,7 @@ def build_sampler(config: AllocatorConfig) -> Sampler:
         return GvmSampler(
             presamples=est.gvm_presamples,
             mean_samples_per_prompt=config.samples_per_prompt,
-            min_samples_per_prompt=0,
+            min_samples_per_prompt=est.min_samples_per_prompt,
             max_samples_per_prompt=config.max_samples_per_prompt,
             alpha=est.gvm_alpha,
             beta=est.gvm_beta,
@@ -94,10 +95,11 @@ def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
         alpha=group.objective_alpha,
         unresolved_policy=group.unresolved_policy,
         downsample_order=group.downsample_order,
+        raft_normalization=group.raft_normalization,
         positive_threshold=config.positive_threshold,
         clip_delta=group.clip_delta,
         ada_est_eps=config.estimation.epsilon,
-        seed=config.seed,
+        seed=seed_or_default(config.seed),
     )
 
 
@@ -125,7 +127,7 @@ def allocator_kwargs(
         "stats": PromptStatsStore(
             ema_decay=est.ema_decay, prior_alpha=est.prior_alpha, prior_beta=est.prior_beta
         ),
-        "seed": config.seed,
+        "seed": seed_or_default(config.seed),
         "max_carry_age_steps": config.dynamic_filter.max_carry_age_steps,
         "positive_threshold": config.positive_threshold,
     }

@@ -69,6 +69,7 @@ class GroupBuilder:
         alpha: float = 0.5,
         unresolved_policy: UnresolvedPolicy | str = UnresolvedPolicy.KEEP_AVAILABLE,
         downsample_order: DownsampleOrder | str = DownsampleOrder.RANDOM,
+        raft_normalization: str = "group",
         positive_threshold: float = 0.5,
         clip_delta: float = 1e-3,
         ada_est_eps: float = 0.05,
@@ -85,6 +86,11 @@ class GroupBuilder:
         self.alpha = alpha
         self.unresolved_policy = UnresolvedPolicy(unresolved_policy)
         self.downsample_order = DownsampleOrder(downsample_order)
+        if raft_normalization not in ("group", "positives"):
+            raise ValueError(
+                f"raft_normalization must be 'group' or 'positives', got {raft_normalization!r}"
+            )
+        self.raft_normalization = raft_normalization
         self.positive_threshold = positive_threshold
         self.clip_delta = clip_delta
         self.ada_est_eps = ada_est_eps
@@ -159,7 +165,11 @@ class GroupBuilder:
         if mode is AdvantageMode.RLOO:
             return rloo_advantages(rewards)
         if mode is AdvantageMode.RAFT:
-            return raft_advantages(rewards, positive_threshold=self.positive_threshold)
+            return raft_advantages(
+                rewards,
+                positive_threshold=self.positive_threshold,
+                normalization=self.raft_normalization,
+            )
         if mode is AdvantageMode.REINFORCE_BASELINE:
             return reinforce_baseline_advantages(rewards, baseline=prior_pass_rate)
         return ada_est_advantages(rewards, eps=self.ada_est_eps)

@@ -17,7 +17,8 @@
         samplers, 4 × prompts_per_step × samples_per_prompt for "dynamic_filter" (the verl
         recipe's usual max_num_gen_batches), no cap for "uniform".
     positive_threshold: a response is positive iff reward > this (the reference code uses 0.7).
-    seed: seeds requests and random downsampling (derived per step/prompt: no RNG state).
+    seed: seeds requests and random downsampling (derived per step/prompt: no RNG state); None
+        (default) = derived from the root `seed` (adarl/config/seeds.py).
     sequential: `SequentialConfig`; dynamic_filter: `DynamicFilterConfig`;
     estimation: `EstimationConfig`; group: `GroupConfig`.
 
@@ -49,7 +50,9 @@
     ema_decay: λ of the per-prompt count EMA (N ← λN + n_t).
     prior_alpha, prior_beta: Beta prior of the EMA pass-rate estimate.
     epsilon: ε in Ada-Est's n_i ∝ 1/√(p̂_i + ε).
-    min_samples_per_prompt: Ada-Est / GVM floor on responses per prompt.
+    min_samples_per_prompt: Ada-Est's floor on responses per prompt (>= 1); GVM's floor on
+        second-stage responses per prompt (0 = the reference: prompts with p_i = 0 or G_i = 0
+        get none).
     gvm_presamples: GVM's pre-sampling responses per prompt (N').
     gvm_alpha, gvm_beta: GVM's weight w_i = G_i / √(p_i + α / p_i^(β-1)).
 
@@ -64,6 +67,10 @@
     unresolved_policy: prompts stopped without the exit condition: "keep_available" (train on
         min(n, N) of them, the reference), "zero_advantage", "drop".
     downsample_order: "random" or "earliest" (the reference).
+    raft_normalization: advantage "raft" only: "group" (A = 1 on positives, ĝ = (1/n)Σ_pos:
+        unbiased for ∇p, the linear objective p) or "positives" (A = n/K on the K positives:
+        the SFT loss averaged over accepted samples, RAFT as usually run: log p gated by
+        1 - (1-p)^n). `adarl.algo.advantages.raft_advantages`.
     clip_delta: pass rates in weights are clipped to [δ, 1-δ].
 """
 
@@ -78,6 +85,7 @@ CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
 UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
 DOWNSAMPLE_ORDERS = ("random", "earliest")
 OBJECTIVES = ("linear", "log", "arcsin", "power")
+RAFT_NORMALIZATIONS = ("group", "positives")
 
 
 @dataclass
@@ -184,10 +192,10 @@ class EstimationConfig:
             )
         if self.epsilon < 0:
             raise ValueError(f"allocator.estimation.epsilon={self.epsilon} must be >= 0")
-        if self.min_samples_per_prompt < 1:
+        if self.min_samples_per_prompt < 0:
             raise ValueError(
                 f"allocator.estimation.min_samples_per_prompt={self.min_samples_per_prompt} "
-                "must be >= 1"
+                "must be >= 0"
             )
         if self.gvm_presamples < 1:
             raise ValueError(
@@ -205,6 +213,7 @@ class GroupConfig:
     objective_alpha: float = 0.5
     unresolved_policy: str = "keep_available"
     downsample_order: str = "random"
+    raft_normalization: str = "group"
     clip_delta: float = 1e-3
 
     def validate(self) -> None:
@@ -218,6 +227,7 @@ class GroupConfig:
             ("unresolved_policy", self.unresolved_policy, UNRESOLVED_POLICIES),
             ("downsample_order", self.downsample_order, DOWNSAMPLE_ORDERS),
             ("objective", self.objective, OBJECTIVES),
+            ("raft_normalization", self.raft_normalization, RAFT_NORMALIZATIONS),
         ):
             if value not in allowed:
                 raise ValueError(f"allocator.group.{key}={value!r} is not one of {allowed}")
@@ -233,7 +243,7 @@ class AllocatorConfig:
     max_samples_per_prompt: int = 32
     max_samples_per_step: int | None = None
     positive_threshold: float = 0.5
-    seed: int = 0
+    seed: int | None = None
     sequential: SequentialConfig = field(default_factory=SequentialConfig)
     dynamic_filter: DynamicFilterConfig = field(default_factory=DynamicFilterConfig)
     estimation: EstimationConfig = field(default_factory=EstimationConfig)
@@ -269,12 +279,23 @@ class AllocatorConfig:
             self.sequential.validate(
                 sampler=self.sampler, max_samples_per_prompt=self.max_samples_per_prompt
             )
-        if self.sampler in ("ada_est", "gvm") and (
-            self.max_samples_per_prompt < self.estimation.min_samples_per_prompt
+        est = self.estimation
+        if self.sampler == "ada_est" and not (
+            1 <= est.min_samples_per_prompt <= self.max_samples_per_prompt
         ):
             raise ValueError(
-                f"allocator.max_samples_per_prompt={self.max_samples_per_prompt} < "
-                f"estimation.min_samples_per_prompt={self.estimation.min_samples_per_prompt}"
+                f"allocator.estimation.min_samples_per_prompt={est.min_samples_per_prompt} must "
+                f"be in [1, allocator.max_samples_per_prompt={self.max_samples_per_prompt}] for "
+                "sampler=ada_est"
+            )
+        if self.sampler == "gvm" and (
+            est.min_samples_per_prompt > self.max_samples_per_prompt - est.gvm_presamples
+        ):
+            raise ValueError(
+                f"allocator.estimation.min_samples_per_prompt={est.min_samples_per_prompt} "
+                f"(GVM's floor on second-stage samples) exceeds allocator.max_samples_per_prompt"
+                f" - estimation.gvm_presamples = {self.max_samples_per_prompt} - "
+                f"{est.gvm_presamples}; lower it or raise the cap"
             )
         self.dynamic_filter.validate()
         self.estimation.validate()

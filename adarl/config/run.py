@@ -2,17 +2,25 @@
 
 `TrainerConfig`
     total_steps: optimizer steps to run (each step = one allocator step + one learner update).
+    max_rollouts: stop after the step at which the run's training rollouts (cumulative, every
+        response drawn for training; evaluation excluded) reach this many, even before
+        `total_steps`; None = no rollout budget. Compute-matched comparisons
+        (`python -m adarl.bench learning`) give every method the same budget this way.
         Checkpointing and resume are configured under `checkpoint` (adarl/config/checkpoint.py).
 
 `EvalConfig` (held-out split, never with a hint)
     every_steps: evaluate every this many steps (and at the start and the end); 0 = only at the
         start and the end.
+    every_rollouts: also evaluate each time the cumulative training rollouts cross a multiple of
+        this (evaluation at equal compute across methods); None = off.
     num_prompts: held-out prompts per evaluation (the first N of the fixed test split; 0 = all).
     samples_per_prompt: samples per prompt at `temperature`; accuracy is their mean.
     temperature: sampling temperature of the sampled evaluation (1.0 = the policy itself).
     greedy: also report greedy (temperature 0) accuracy.
     max_new_tokens: response length limit during evaluation.
     completions_to_log: sampled completions shown in the W&B table per evaluation.
+    seed: seeds the evaluation draws (the same draws at every evaluation of a run); None
+        (default) = derived from the root `seed` (adarl/config/seeds.py).
 
 `ClusterConfig` (where components run; validated against the cluster before any actor starts)
     address: Ray address of a running cluster ("auto", "ray://HOST:10001"); None starts a local
@@ -32,25 +40,36 @@ from dataclasses import dataclass
 @dataclass
 class TrainerConfig:
     total_steps: int = 200
+    max_rollouts: int | None = None
 
     def validate(self) -> None:
         if self.total_steps < 1:
             raise ValueError(f"trainer.total_steps={self.total_steps} must be >= 1")
+        if self.max_rollouts is not None and self.max_rollouts < 1:
+            raise ValueError(
+                f"trainer.max_rollouts={self.max_rollouts} must be >= 1, or null for no budget"
+            )
 
 
 @dataclass
 class EvalConfig:
     every_steps: int = 50
+    every_rollouts: int | None = None
     num_prompts: int = 256
     samples_per_prompt: int = 8
     temperature: float = 1.0
     greedy: bool = True
     max_new_tokens: int = 8
     completions_to_log: int = 8
+    seed: int | None = None
 
     def validate(self) -> None:
         if self.every_steps < 0:
             raise ValueError(f"eval.every_steps={self.every_steps} must be >= 0")
+        if self.every_rollouts is not None and self.every_rollouts < 1:
+            raise ValueError(
+                f"eval.every_rollouts={self.every_rollouts} must be >= 1, or null (off)"
+            )
         if self.num_prompts < 0:
             raise ValueError(f"eval.num_prompts={self.num_prompts} must be >= 0 (0 = all)")
         if self.samples_per_prompt < 1:

@@ -47,7 +47,6 @@ class _Batch:
 @dataclass
 class _Stats:
     responses: int = 0
-    reward_sum: float = 0.0
     errors: int = 0
     timeouts: int = 0
     exceptions: int = 0
@@ -199,19 +198,19 @@ class RewardPool:
             for job in batch.jobs:
                 assert job.result is not None
                 stats.responses += 1
-                stats.reward_sum += job.result.reward
                 stats.errors += job.result.error is not None
                 stats.timeouts += job.result.timed_out
                 stats.exceptions += job.raised
                 stats.slowest_s = max(stats.slowest_s, job.duration_s)
 
     def metrics(self) -> dict[str, float]:
-        """Counts since the previous `metrics()` call (one training step, when called per step)."""
+        """Counts since the previous `metrics()` call: the caller opens a window with one call
+        and reads it with the next (the driver brackets each rollout phase, the evaluator each
+        evaluation, so training and evaluation traffic are never mixed)."""
         with self._lock:
             stats, self._stats = self._stats, _Stats()
             stuck = sum(t.is_alive() for t in self._abandoned)
         return {
-            "signal/reward_mean": stats.reward_sum / stats.responses if stats.responses else 0.0,
             "sampling/reward_responses": float(stats.responses),
             "sampling/reward_errors": float(stats.errors),
             "sampling/reward_timeouts": float(stats.timeouts),

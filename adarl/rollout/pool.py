@@ -289,7 +289,9 @@ class RolloutPool:
         ]
 
     def metrics(self) -> dict[str, float]:
-        """Rates since the previous call (`perf/`), cumulative totals and current load."""
+        """Rates and engine utilisation since the previous call (the window the caller opens,
+        e.g. one rollout phase, so evaluation traffic between phases is not counted) and the
+        samples still outstanding."""
         now = time.perf_counter()
         with self._lock:
             samples = sum(load.samples_done for load in self._loads)
@@ -305,8 +307,8 @@ class RolloutPool:
             "perf/rollout_tokens_per_s": (tokens - window.tokens) / elapsed,
             "perf/rollout_engine_utilisation": sum(utilisation) / len(utilisation),
             "perf/rollout_engine_utilisation_min": min(utilisation),
-            "sampling/rollout_samples_total": float(samples),
-            "sampling/rollout_tokens_total": float(tokens),
+            "sampling/engine_samples": float(samples - window.samples),
+            "sampling/engine_tokens": float(tokens - window.tokens),
             "sampling/rollout_outstanding_samples": float(outstanding),
         }
         return metrics

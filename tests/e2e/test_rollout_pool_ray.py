@@ -90,7 +90,7 @@ def test_stream_returns_every_request_once_in_completion_order(
     # Streaming, not a barrier: results were handed out while other work was in flight.
     assert sum(1 for n in outstanding_at_yield if n > 0) >= total // 2
     metrics = pool.metrics()
-    assert metrics["sampling/rollout_samples_total"] == total * 4
+    assert metrics["sampling/engine_samples"] == total * 4
     assert metrics["perf/rollout_engine_utilisation_min"] > 0  # both actors served requests
 
 

@@ -87,7 +87,7 @@ def test_streams_every_request_exactly_once(tokenizer: PreTrainedTokenizerFast) 
         assert all(engine.metrics()["perf/rollout_samples_total"] > 0 for engine in engines)
         assert sum(e.metrics()["perf/rollout_samples_total"] for e in engines) == 50 * 4
         metrics = pool.metrics()
-        assert metrics["sampling/rollout_samples_total"] == 200
+        assert metrics["sampling/engine_samples"] == 200
         assert metrics["sampling/rollout_outstanding_samples"] == 0
         assert metrics["perf/rollout_samples_per_s"] > 0
         assert 0 < metrics["perf/rollout_engine_utilisation"] <= 1

@@ -235,3 +235,27 @@ def test_config_validation_names_the_key() -> None:
         AllocatorConfig(sequential=SequentialConfig(chunk_confidence=1.0)).validate()
     with pytest.raises(ValueError, match="samples_per_prompt must be >= 2"):
         AllocatorConfig(sampler="dynamic_filter", samples_per_prompt=1).validate()
+
+
+@pytest.mark.parametrize(
+    ("normalization", "expected"), [("group", (1.0, 0.0, 0.0, 0.0)), ("positives", (4.0, 0, 0, 0))]
+)
+def test_raft_normalization_reaches_the_advantages(
+    normalization: str, expected: tuple[float, ...]
+) -> None:
+    # One positive in a group of 4: A = 1 (÷ the group) or n/K = 4 (÷ the accepted samples).
+    builder = GroupBuilder(group_size=None, advantage="raft", raft_normalization=normalization)
+    group = builder.build(
+        prompt_id="p", pool=pool_of([1, 0, 0, 0]), resolved=True, step=0, prior_pass_rate=0.5
+    )
+    assert group is not None and group.advantages == pytest.approx(expected)
+
+
+def test_gvm_min_samples_key_reaches_the_sampler() -> None:
+    from adarl.allocator.build import build_sampler
+    from adarl.config.allocator import EstimationConfig
+
+    config = AllocatorConfig(
+        sampler="gvm", estimation=EstimationConfig(min_samples_per_prompt=3, gvm_presamples=8)
+    )
+    assert build_sampler(config).min_samples_per_prompt == 3

@@ -1,0 +1,123 @@
+"""The driver's rollout phase for real (allocator, in-process rollout pool, reward pool) on the
+scripted fake engine: training metrics count training rollouts only, names never collide."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adarl.allocator import build_allocator
+from adarl.config.allocator import AllocatorConfig, GroupConfig
+from adarl.driver import Evaluator, collect_groups, eval_reward_metrics, merge_metrics
+from adarl.models.tokenizer import build_char_tokenizer
+from adarl.reward.exact import ExactMatchVerifier
+from adarl.reward.pool import RewardPool
+from adarl.rollout.codec import PromptCodec
+from adarl.rollout.fake import FakeEngine, FakePrompt
+from adarl.rollout.pool import RolloutPool
+from adarl.tasks.source import PromptSource
+from adarl.types import SamplingParams, TaskExample
+
+
+def _examples(start: int, count: int, *, difficulty: float) -> list[TaskExample]:
+    return [
+        TaskExample(
+            prompt_id=f"q{i}",
+            prompt=f"{i}+{i}=",
+            answer=str(2 * i),
+            task="arithmetic",
+            difficulty=difficulty,
+        )
+        for i in range(start, start + count)
+    ]
+
+
+@pytest.fixture
+def world():
+    train = _examples(0, 8, difficulty=0.0)
+    held_out = _examples(100, 4, difficulty=1.0) + _examples(200, 4, difficulty=2.0)
+    # Held-out prompts always solved, training prompts at p = 0.25: eval traffic leaking into
+    # the training counters would be visible in the reward and the response count.
+    script = {e.prompt: FakePrompt(pass_rate=0.25, answer=e.answer) for e in train}
+    script |= {e.prompt: FakePrompt(pass_rate=1.0, answer=e.answer) for e in held_out}
+    tokenizer = build_char_tokenizer()
+    codec = PromptCodec(tokenizer=tokenizer, sampling=SamplingParams(max_new_tokens=8))
+    engine = FakeEngine(tokenizer=tokenizer, script=script, seed=3)
+    with (
+        RolloutPool.in_process([engine], max_samples_per_call=64) as rollout,
+        RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=2) as rewards,
+    ):
+        yield train, held_out, codec, rollout, rewards
+
+
+def _evaluator(examples: list[TaskExample], codec: PromptCodec) -> Evaluator:
+    return Evaluator(
+        examples=examples,
+        codec=codec,
+        samples_per_prompt=4,
+        temperature=1.0,
+        max_new_tokens=8,
+        greedy=True,
+        completions_to_log=2,
+        seed=11,
+    )
+
+
+def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> None:
+    train, held_out, codec, rollout, rewards = world
+    evaluation = _evaluator(held_out, codec).evaluate(rollout, rewards, step=0)
+    assert evaluation.accuracy == 1.0
+    # 8 prompts × 4 samples plus 8 greedy samples, all counted as evaluation.
+    assert evaluation.metrics()["eval/reward_responses"] == 40.0
+
+    allocator = build_allocator(
+        AllocatorConfig(
+            sampler="uniform",
+            prompts_per_step=8,
+            samples_per_prompt=4,
+            group=GroupConfig(group_size=None, advantage="grpo"),
+        )
+    )
+    phase = collect_groups(
+        1,
+        train,
+        allocator=allocator,
+        rollout=rollout,
+        rewards=rewards,
+        prompts=PromptSource(examples=train, seed=0),
+        codec=codec,
+    )
+    metrics = merge_metrics({"allocator": phase.result.metrics, "rollout phase": phase.metrics})
+    trained = [s.reward for g in phase.result.groups for s in g.rollouts]
+    assert phase.rollouts == len(trained) == 32  # uniform groups keep every rollout
+    assert metrics["sampling/reward_responses"] == 32.0  # not 72: no eval response counted
+    assert metrics["sampling/engine_samples"] == 32.0
+    assert metrics["signal/reward_mean"] == pytest.approx(float(np.mean(trained)))
+    assert metrics["signal/reward_mean"] < 1.0  # the held-out prompts (all correct) left out
+    assert metrics["timing/rollout_wait_s"] >= 0.0 and metrics["timing/allocator_s"] > 0.0
+
+
+def test_evaluation_reports_accuracy_by_difficulty(world) -> None:
+    _, held_out, codec, rollout, rewards = world
+    result = _evaluator(held_out, codec).evaluate(rollout, rewards, step=5)
+    metrics = result.metrics()
+    assert metrics["eval/accuracy_by_difficulty/1"] == 1.0
+    assert metrics["eval/accuracy_by_difficulty/2"] == 1.0
+    assert metrics["eval/num_prompts"] == 8.0
+
+
+def test_merge_metrics_names_both_components_of_a_collision() -> None:
+    with pytest.raises(ValueError, match="'signal/x' is emitted by both allocator and rewards"):
+        merge_metrics({"allocator": {"signal/x": 1.0}, "rewards": {"signal/x": 2.0}})
+    assert merge_metrics({"a": {"x/1": 1.0}, "b": {"x/2": 2.0}}) == {"x/1": 1.0, "x/2": 2.0}
+
+
+def test_eval_reward_counters_get_their_own_names() -> None:
+    renamed = eval_reward_metrics(
+        {"sampling/reward_responses": 4.0, "timing/reward_s": 0.5, "sampling/reward_errors": 1.0}
+    )
+    assert renamed == {
+        "eval/reward_responses": 4.0,
+        "timing/eval_reward_s": 0.5,
+        "eval/reward_errors": 1.0,
+    }
