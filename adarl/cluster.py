@@ -28,7 +28,14 @@ ACTOR_ENV_VARS: dict[str, str] = {
 
 
 def ensure_ray(*, address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to `address` (a running cluster) or start a local one; no-op if connected."""
+    """Connect to `address` (a running cluster) or start a local one; no-op if connected.
+
+    A local cluster runs without the dashboard (its job API would run any code it is sent), and
+    with its host pinned to 127.0.0.1 should a later Ray start it anyway. Ray's own gRPC servers
+    (GCS, raylet, workers) listen on every interface whatever is passed here (Ray 2.60, measured
+    with `ss -ltnp`; `ray.init` even rewrites a node address of 127.0.0.1 to the machine's), so
+    on a shared network a firewall, not adarl, keeps them private.
+    """
     import ray
 
     if ray.is_initialized():
@@ -40,6 +47,7 @@ def ensure_ray(*, address: str | None = None, num_cpus: int | None = None) -> No
         address=address,
         num_cpus=None if joining else num_cpus,
         include_dashboard=False,
+        dashboard_host="127.0.0.1",
         log_to_driver=True,
         runtime_env={"env_vars": env},
     )
