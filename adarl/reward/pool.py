@@ -47,6 +47,7 @@ class _Batch:
 @dataclass
 class _Stats:
     responses: int = 0
+    reward_sum: float = 0.0
     errors: int = 0
     timeouts: int = 0
     exceptions: int = 0
@@ -198,6 +199,7 @@ class RewardPool:
             for job in batch.jobs:
                 assert job.result is not None
                 stats.responses += 1
+                stats.reward_sum += job.result.reward
                 stats.errors += job.result.error is not None
                 stats.timeouts += job.result.timed_out
                 stats.exceptions += job.raised
@@ -212,6 +214,11 @@ class RewardPool:
             stuck = sum(t.is_alive() for t in self._abandoned)
         return {
             "sampling/reward_responses": float(stats.responses),
+            # The verifier side's view of the window; equals the allocator's signal/reward_mean
+            # over the same rollouts (a cross-check that no other traffic is counted).
+            "sampling/scored_reward_mean": (
+                stats.reward_sum / stats.responses if stats.responses else 0.0
+            ),
             "sampling/reward_errors": float(stats.errors),
             "sampling/reward_timeouts": float(stats.timeouts),
             "sampling/reward_verifier_exceptions": float(stats.exceptions),

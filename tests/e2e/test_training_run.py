@@ -95,6 +95,7 @@ def test_three_steps_on_ray_with_vllm_and_deepspeed(
         # Training counters count training rollouts only (evaluation ran before step 1 and after
         # step 3): every training response was scored once, none from the evaluation.
         assert row["sampling/reward_responses"] == row["sampling/rollouts"]
+        assert row["sampling/scored_reward_mean"] == pytest.approx(row["signal/reward_mean"])
         assert row["perf/rollouts_total"] == sum(
             steps[s]["sampling/rollouts"] for s in range(1, step + 1)
         )

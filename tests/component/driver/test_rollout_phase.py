@@ -93,6 +93,7 @@ def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> N
     assert metrics["sampling/reward_responses"] == 32.0  # not 72: no eval response counted
     assert metrics["sampling/engine_samples"] == 32.0
     assert metrics["signal/reward_mean"] == pytest.approx(float(np.mean(trained)))
+    assert metrics["sampling/scored_reward_mean"] == pytest.approx(float(np.mean(trained)))
     assert metrics["signal/reward_mean"] < 1.0  # the held-out prompts (all correct) left out
     assert metrics["timing/rollout_wait_s"] >= 0.0 and metrics["timing/allocator_s"] > 0.0
 
