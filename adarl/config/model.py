@@ -7,9 +7,14 @@ built-in tiny model is built and warm-started.
         is built locally from `tiny` and cached.
     cache_dir: where built-in models are cached (`<cache_dir>/models/<config hash>`); None means
         `$ADARL_CACHE_DIR` or, if unset, `~/.cache/adarl`.
-    dtype: parameter dtype for the learner/HF engine ("float32", "bfloat16", "float16");
-        float32 on CPU.
     tiny: architecture and warm start of the built-in tiny model (ignored for other models).
+
+Precision is not a model key: each side that holds weights says its own. `learner.precision`
+("fp32" or "bf16": the learners load and train in it; adarl/config/learner.py) and
+`rollout.dtype` ("float32", "bfloat16", "float16": the engines' weights; adarl/config/rollout.py).
+On CPU keep the defaults (fp32 / float32); a real model on GPUs usually wants
+`model=hf model.name_or_path=... learner.precision=bf16 rollout.dtype=bfloat16`. The built-in
+tiny model is always built and cached in float32.
 
 `TinyModelConfig` (a `Qwen2ForCausalLM`, the architecture vLLM's CPU and GPU builds both load)
     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads:
@@ -32,7 +37,6 @@ from dataclasses import dataclass, field
 
 TINY_ARITHMETIC = "adarl/tiny-arithmetic"
 BUILTIN_MODELS: tuple[str, ...] = (TINY_ARITHMETIC,)
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -87,7 +91,6 @@ class TinyModelConfig:
 class ModelConfig:
     name_or_path: str = TINY_ARITHMETIC
     cache_dir: str | None = None
-    dtype: str = "float32"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
     @property
@@ -100,8 +103,6 @@ class ModelConfig:
                 f"model.name_or_path is empty; set it to a model directory, a hub name or one "
                 f"of the built-ins {list(BUILTIN_MODELS)}"
             )
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"model.dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
         if self.name_or_path.startswith("adarl/") and not self.is_builtin:
             raise ValueError(
                 f"model.name_or_path {self.name_or_path!r} is not a built-in model; "

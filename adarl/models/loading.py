@@ -126,7 +126,7 @@ def load_policy(
 
 
 def build_policy(config: ModelConfig) -> Policy:
+    """`load_policy` for a `ModelConfig`, in float32 (precision is not a model key: the learner
+    and the engines set their own, `learner.precision` and `rollout.dtype`)."""
     config.validate()
-    return load_policy(
-        config.name_or_path, cache_dir=config.cache_dir, tiny=config.tiny, dtype=config.dtype
-    )
+    return load_policy(config.name_or_path, cache_dir=config.cache_dir, tiny=config.tiny)

@@ -164,7 +164,6 @@ def test_build_policy_from_config(tmp_path: Path) -> None:
     [
         ({"name_or_path": ""}, "model.name_or_path is empty"),
         ({"name_or_path": "adarl/nope"}, "not a built-in model"),
-        ({"dtype": "float64"}, "model.dtype"),
         ({"tiny": TinyModelConfig(hidden_size=130)}, "divisible"),
         ({"tiny": TinyModelConfig(num_key_value_heads=3)}, "num_key_value_heads"),
         ({"tiny": TinyModelConfig(sft_steps=-1)}, "sft_steps"),
