@@ -158,18 +158,21 @@ def measure_grad_norm_cost(model_dir: str, batch: Any, *, max_tokens: int) -> Gr
 
     from adarl.learner.batching import plan_micro_batches, sequence_lengths
     from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
-    from adarl.learner.learner import token_logprobs
+    from adarl.learner.logprobs import TokenScorer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    scorer = TokenScorer(model)  # the learner's own log-prob path
     embedding = model.get_input_embeddings()
     start = time.perf_counter()
     reference = torch.zeros(batch.num_sequences)
     for row in range(batch.num_sequences):
         sample = batch.select([row])
         logits = model(input_ids=sample.input_ids, attention_mask=sample.attention_mask).logits
+        logp = torch.log_softmax(logits[:, :-1], dim=-1)
+        scored = logp.gather(-1, sample.input_ids[:, 1:, None]).squeeze(-1)
         model.zero_grad()
-        nll = response_nll(token_logprobs(logits, sample.input_ids), sample.response_mask)
-        nll.sum().backward()
+        nll = -scored[sample.response_mask[:, 1:]].sum()  # the reference code: full logits
+        nll.backward()
         reference[row] = embedding.weight.grad.norm()
     per_sample_s = time.perf_counter() - start
 
@@ -181,8 +184,8 @@ def measure_grad_norm_cost(model_dir: str, batch: Any, *, max_tokens: int) -> Gr
         for rows in plan_micro_batches(sequence_lengths(batch), max_tokens):
             micro = batch.select(rows)
             captured.clear()
-            logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits
-            nll = response_nll(token_logprobs(logits, micro.input_ids), micro.response_mask)
+            logprobs, _ = scorer(micro.input_ids, micro.attention_mask, micro.response_mask)
+            nll = response_nll(logprobs, micro.response_mask)
             (grads,) = torch.autograd.grad(nll.sum(), captured[0])
             fast[torch.tensor(rows)] = per_sequence_embedding_grad_norms(
                 grads, micro.input_ids, micro.attention_mask, vocab_size=model.config.vocab_size
