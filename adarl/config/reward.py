@@ -29,9 +29,10 @@ one run for all assert tests)
     memory_limit_mb: address-space limit of one run (RLIMIT_AS), in MiB.
     max_output_bytes: stdout/stderr size limit of one run (RLIMIT_FSIZE on the capture files).
     partial_credit: reward = fraction of tests passed (else 1 only if all pass).
-    isolation: "auto" (Linux namespaces through `unshare` when they work here, else "python"),
-        "namespace" (require them: no network interface, own PID namespace, no capabilities),
-        or "python" (best effort: sockets disabled inside the interpreter, process group only).
+    isolation: "auto" (Linux namespaces through `unshare` when they work here, else Python-level
+        isolation, with a warning at start saying what failed), "strict" (namespaces or the run
+        refuses to start: no network interface, own PID namespace, no capabilities), or
+        "python" (best effort: sockets disabled inside the interpreter, process group only).
     python_executable: interpreter for candidate programs; None = the one running adarl.
 """
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ISOLATION_MODES = ("auto", "namespace", "python")
+ISOLATION_MODES = ("auto", "strict", "python")
 
 
 @dataclass

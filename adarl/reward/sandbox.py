@@ -10,21 +10,31 @@ first line, and reports how the runner ended:
 * memory: RLIMIT_AS (allocations fail with MemoryError);
 * output: stdout/stderr go to files capped by RLIMIT_FSIZE; no core dumps.
 
-Isolation (`isolation`), measured on the development machine (Linux 6.18, util-linux 2.38, root):
+Two kinds of isolation, measured on the development machine (Linux 6.18, util-linux 2.38, root):
 
-* "namespace": the command is prefixed with `unshare --net --pid --fork --kill-child` (adding
-  `--map-root-user` when not root, which needs unprivileged user namespaces) and, when available,
+* namespaces (`Sandbox.isolation == "namespace"`): the command is prefixed with
+  `unshare --net --pid --fork --kill-child` (adding `--map-root-user` when not root, which needs
+  unprivileged user namespaces) and, when available,
   `setpriv --bounding-set=-all --inh-caps=-all --no-new-privs`. The run has no network interface
   but a downed loopback (connect fails with ENETUNREACH), its harness is init of its own PID
   namespace (every process the candidate starts dies with it, including ones that left the
   process group with `setsid`; `kill(-1)` cannot reach outside), and it holds no capabilities (it
   cannot raise its rlimits even when adarl runs as root). A run of `print(1)` takes ≈50 ms with
   or without namespaces (interpreter start dominates).
-* "python": no namespaces. Internet sockets are refused inside the interpreter (`socket` is
-  patched; C extensions, `ctypes` or child programs can still reach the network), processes are
-  cleaned up by process group only (a process that calls `setsid` escapes), and a candidate
-  running as root could raise its own limits. Use it only where namespaces are unavailable.
-* "auto": "namespace" if a probe run of the prefix succeeds here, else "python".
+* Python-level (`Sandbox.isolation == "python"`): no namespaces. Internet sockets are refused
+  inside the interpreter (`socket` is patched; C extensions, `ctypes` or child programs can still
+  reach the network), processes are cleaned up by process group only (a process that calls
+  `setsid` escapes), and a candidate running as root could raise its own limits. Use it only
+  where namespaces are unavailable.
+
+The configured mode (`reward.code.isolation`) picks one of them:
+
+* "auto": namespaces if a probe run of the prefix succeeds here, else Python-level isolation,
+  logged once per process as a warning that says what failed in the probe (no `unshare`, or its
+  error message).
+* "strict": namespaces or nothing: without them the `Sandbox` (and so the code verifier, built
+  at start) refuses with the probe's failure and the config key to change.
+* "python": Python-level isolation, chosen explicitly (no probe, no warning).
 
 Not isolated in either mode: the file system (the candidate can read and write wherever its user
 may; run adarl as an unprivileged user) and the number of processes (a fork bomb runs until the
@@ -50,13 +60,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 logger = logging.getLogger(__name__)
 
-Isolation = Literal["auto", "namespace", "python"]
+Isolation = Literal["auto", "strict", "python"]
 _HARNESS = Path(__file__).with_name("_harness.py")
 _OUTPUT_TAIL_CHARS = 4000
 _GROUP_EXIT_WAIT_S = 2.0
@@ -131,39 +142,82 @@ def _prefix_candidates() -> list[list[str]]:
     return [c for i, c in enumerate(candidates) if c not in candidates[:i]]
 
 
+@dataclass(frozen=True)
+class NamespaceProbe:
+    """The outcome of probing Linux namespaces here: the prefix that works, or why none does."""
+
+    prefix: tuple[str, ...] | None
+    failure: str | None  # None when `prefix` works
+
+
 @functools.cache
+def probe_namespaces() -> NamespaceProbe:
+    """Try each namespace prefix on `python -c pass` (cached per process: the answer does not
+    change while adarl runs); the first that succeeds wins."""
+    candidates = _prefix_candidates()
+    if not candidates:
+        return NamespaceProbe(None, "`unshare` (util-linux) is not on PATH")
+    failures = []
+    for prefix in candidates:
+        try:
+            probe = subprocess.run(
+                [*prefix, sys.executable, "-I", "-c", "pass"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            failures.append(f"`{_short(prefix)}`: {error}")
+            continue
+        if probe.returncode == 0:
+            return NamespaceProbe(tuple(prefix), None)
+        stderr = probe.stderr.decode(errors="replace").strip().splitlines()
+        detail = stderr[-1][-200:] if stderr else "no message"
+        failures.append(f"`{_short(prefix)}` exited with status {probe.returncode}: {detail}")
+    return NamespaceProbe(None, "; ".join(failures))
+
+
+def _short(prefix: Sequence[str]) -> str:
+    return " ".join(os.path.basename(part) if i == 0 else part for i, part in enumerate(prefix))
+
+
 def namespace_prefix() -> tuple[str, ...] | None:
     """The first namespace prefix whose probe run succeeds here (cached per process)."""
-    for prefix in _prefix_candidates():
-        probe = subprocess.run(
-            [*prefix, sys.executable, "-I", "-c", "pass"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            timeout=30,
-            check=False,
-        )
-        if probe.returncode == 0:
-            return tuple(prefix)
-        logger.debug("sandbox namespace probe %s failed: %s", prefix, probe.stderr[-300:])
-    return None
+    return probe_namespaces().prefix
+
+
+@functools.cache
+def _warn_python_fallback(failure: str) -> None:
+    # Cached: one warning per process and reason, however many sandboxes are built.
+    logger.warning(
+        "code sandbox: reward.code.isolation=auto falls back to Python-level isolation (sockets "
+        "blocked inside the interpreter only, cleanup by process group only) because Linux "
+        "namespaces do not work here: %s. Set reward.code.isolation=strict to refuse to run "
+        "without them, or isolation=python to choose this mode explicitly",
+        failure,
+    )
 
 
 def resolve_isolation(isolation: Isolation) -> Literal["namespace", "python"]:
+    """The isolation a sandbox gets for the configured mode (see the module docstring)."""
     if isolation == "python":
         return "python"
-    if namespace_prefix() is not None:
+    if isolation not in ("auto", "strict"):
+        raise ValueError(f"sandbox isolation {isolation!r} is not 'auto', 'strict' or 'python'")
+    probe = probe_namespaces()
+    if probe.prefix is not None:
         return "namespace"
-    if isolation == "namespace":
+    assert probe.failure is not None
+    if isolation == "strict":
         raise RuntimeError(
-            "reward.code.isolation=namespace but `unshare --net --pid` does not work here "
-            "(needs root or unprivileged user namespaces, and util-linux); use isolation=python "
-            "(best effort) or allow user namespaces"
+            "reward.code.isolation=strict needs Linux namespaces (`unshare --net --pid`), which do "
+            f"not work here: {probe.failure}. Run as root or allow unprivileged user namespaces "
+            "(and install util-linux), or set reward.code.isolation=auto / python to accept "
+            "Python-level isolation"
         )
-    logger.warning(
-        "code sandbox: Linux namespaces unavailable; falling back to isolation=python (sockets "
-        "blocked in the interpreter only, process-group cleanup only)"
-    )
+    _warn_python_fallback(probe.failure)
     return "python"
 
 

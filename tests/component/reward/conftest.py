@@ -10,9 +10,9 @@ import pytest
 from adarl.reward.sandbox import namespace_prefix
 
 
-@pytest.fixture(params=["namespace", "python"])
+@pytest.fixture(params=["strict", "python"])
 def isolation(request: pytest.FixtureRequest) -> str:
-    if request.param == "namespace" and namespace_prefix() is None:
+    if request.param == "strict" and namespace_prefix() is None:
         pytest.skip("Linux namespaces (unshare --net --pid) are not available here")
     return request.param
 

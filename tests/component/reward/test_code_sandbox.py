@@ -114,9 +114,7 @@ def test_network_is_unreachable(isolation: str, tmp_path: Path) -> None:
         with pytest.raises(BlockingIOError):
             server.accept()  # nothing ever connected
     assert reward == 0.0
-    expected = (
-        "Network is unreachable" if isolation == "namespace" else "network access is disabled"
-    )
+    expected = "Network is unreachable" if isolation == "strict" else "network access is disabled"
     assert expected in (error or "")
     assert elapsed < LIMIT_S + MARGIN_S
 
@@ -126,7 +124,7 @@ def test_children_that_outlive_the_program_are_killed(
 ) -> None:
     marker = f"adarl-test-{uuid.uuid4().hex}"
     # Only a PID namespace can catch a process that left the process group with setsid().
-    escape = isolation == "namespace"
+    escape = isolation == "strict"
     program = f"""
 import os, subprocess, sys
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)", "{marker}"]
@@ -161,5 +159,5 @@ def test_namespace_mode_holds_no_capabilities(tmp_path: Path) -> None:
         "resource.setrlimit(resource.RLIMIT_AS, (hard * 2, hard * 2))\n"
         "print('ok')"
     )
-    reward, error, _, _ = run(verifier("namespace", tmp_path), program)
+    reward, error, _, _ = run(verifier("strict", tmp_path), program)
     assert reward == 0.0 and "ValueError" in (error or "")
