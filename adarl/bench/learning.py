@@ -1,0 +1,507 @@
+"""`python -m adarl.bench learning`: learning per rollout, per token and per second, over seeds.
+
+Every arm (an experiment plus overrides, `ARMS`) trains from the same base model to the same
+budget of training rollouts (`trainer.max_rollouts`) on each of several root seeds; a seed changes
+prompt order, sampling and learner randomness, not the base model or the held-out prompts. Each
+run is a subprocess of the real launch command (`python -m adarl.launch +experiment=...`: Ray,
+vLLM, DeepSpeed), one at a time, in `RESULTS/<arm>/seed<k>`; its console output goes to
+`console.log` there (Hydra's own `launch.log` holds the log records). A tqdm bar counts the
+comparison's rollouts, read from the runs' `metrics.jsonl` as they grow.
+
+Resumable: a run with `summary.json` is done and skipped; a run with a checkpoint continues from
+it (`checkpoint.resume=auto`); a run that died before its first checkpoint starts over (its files
+are moved to `seed<k>.incomplete/`). Each run dir records the overrides it was started with
+(`bench_run.json`) and a later invocation with other settings refuses it rather than mixing
+budgets.
+
+The report (PNG plots under docs/figures/, the `## Learning` section of docs/benchmarks.md,
+built by adarl/bench/learning_report.py, which states its definitions) is drawn from a small JSON
+of per-run data (docs/data/learning.json), so `--report-only` regenerates it without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+
+from adarl.bench.learning_report import (
+    GRPO_EXPERIMENT,
+    ReportData,
+    headline_table,
+    load_run,
+    write_report,
+)
+
+# Paths relative to the checkout the command runs from (the outputs are committed there).
+DOCS_PATH = Path("docs") / "benchmarks.md"
+DATA_PATH = Path("docs") / "data" / "learning.json"
+FIGURES_DIR = Path("docs") / "figures"
+RUN_RECORD_FILE = "bench_run.json"
+CONSOLE_LOG = "console.log"  # the launch command's stdout and stderr
+
+# -- what is compared ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One method in the comparison: `+experiment=<experiment> <overrides...>`."""
+
+    label: str
+    experiment: str
+    overrides: tuple[str, ...] = ()
+
+
+# Later issues add their method with one line here.
+ARMS: tuple[Arm, ...] = (
+    Arm("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+    Arm("grpo_n8", "grpo", ("allocator.samples_per_prompt=8",)),
+    Arm("grpo_n16", "grpo", ("allocator.samples_per_prompt=16",)),
+    Arm("dapo", "dapo"),
+    Arm("ada_seq_pos", "ada_seq_pos"),
+    Arm("ada_seq_balance", "ada_seq_balance"),
+    Arm("reinforce_ada_reference", "reinforce_ada_reference"),
+    Arm("rloo", "rloo"),
+)
+
+
+def arm_by_label(label: str) -> Arm:
+    for arm in ARMS:
+        if arm.label == label:
+            return arm
+    raise ValueError(
+        f"unknown arm {label!r}; known arms: {', '.join(a.label for a in ARMS)} "
+        "(add one to ARMS in adarl/bench/learning.py)"
+    )
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How much every arm runs. `why` is printed into the docs section."""
+
+    name: str
+    arms: tuple[str, ...]
+    seeds: int
+    max_rollouts: int
+    eval_every_rollouts: int
+    eval_num_prompts: int
+    eval_samples_per_prompt: int
+    checkpoint_every_steps: int
+    why: str
+
+    def validate(self) -> None:
+        for label in self.arms:
+            arm_by_label(label)
+        if not any(arm_by_label(label).experiment == GRPO_EXPERIMENT for label in self.arms):
+            raise ValueError(
+                f"setting {self.name!r}: arms {list(self.arms)} include no GRPO arm; the "
+                "headline table needs one (add e.g. grpo_n4 with --arms)"
+            )
+        for key in ("seeds", "max_rollouts", "eval_every_rollouts", "eval_num_prompts"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"--{key.replace('_', '-')}={getattr(self, key)} must be >= 1")
+        if self.eval_samples_per_prompt < 1 or self.checkpoint_every_steps < 1:
+            raise ValueError("--eval-samples-per-prompt and --checkpoint-every-steps must be >= 1")
+
+
+REDUCED = Setting(
+    name="reduced",
+    arms=("grpo_n4", "grpo_n16", "ada_seq_pos", "ada_seq_balance"),
+    seeds=3,
+    max_rollouts=40_000,
+    eval_every_rollouts=5_000,
+    eval_num_prompts=256,
+    eval_samples_per_prompt=8,
+    checkpoint_every_steps=25,
+    why=(
+        "Why this reduced setting: it must finish in under an hour on a 2-core machine with 3 "
+        "seeds, one run at a time. Measured here while other jobs shared the cores (load average "
+        "≈ 5): a run pays 40-65 s before its first step (process and Ray start, vLLM engine, "
+        "DeepSpeed learner, the base evaluation) and about 7 s to shut down; GRPO then generates "
+        "and learns at 2.0-2.4 ms per rollout (0.61 s per step of 256 rollouts at n = 4, 2.06 s "
+        "per step of 1,024 at n = 16) and each later evaluation takes about 2 s. A 40k-rollout "
+        "run therefore takes about 3 minutes and 4 arms × 3 seeds about 36 minutes, leaving "
+        "margin. Arms kept: both ends of GRPO's n (4 and 16; GRPO-best is the better of the two), "
+        "the embedded default (streaming Seq-Balance, which the target is about) and Seq-Pos; "
+        "GRPO n = 8, DAPO, RLOO and the reference rounds need `--full` (or `--arms`). 40k "
+        "rollouts is 156 GRPO n = 4 steps of 64 prompts, a budget at which issue 10 measured "
+        "GRPO well above its base (+8.6 points at 51k); an evaluation every 5k rollouts on the "
+        "standard held-out set (256 prompts × 8 samples at T = 1) gives 9 points per curve."
+    ),
+)
+FULL = Setting(
+    name="full",
+    arms=tuple(arm.label for arm in ARMS),
+    seeds=3,
+    max_rollouts=200_000,
+    eval_every_rollouts=10_000,
+    eval_num_prompts=256,
+    eval_samples_per_prompt=8,
+    checkpoint_every_steps=50,
+    why=(
+        "The full setting runs every arm to 200k rollouts (about the embedded default's 200 "
+        "steps, where issue 10 compared the methods) with an evaluation every 10k rollouts: "
+        "at the rates measured for the reduced setting, 5-9 minutes per run here, 2-3.5 hours "
+        "for 8 arms × 3 seeds."
+    ),
+)
+SETTINGS = {s.name: s for s in (REDUCED, FULL)}
+
+
+def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[str]:
+    """The launch command's Hydra arguments for one run (what `bench_run.json` records)."""
+    return [
+        f"+experiment={arm.experiment}",
+        *arm.overrides,
+        f"seed={seed}",
+        f"trainer.max_rollouts={setting.max_rollouts}",
+        # Every step draws at least one rollout, so the budget ends the run before this does.
+        f"trainer.total_steps={setting.max_rollouts}",
+        "eval.every_steps=0",
+        f"eval.every_rollouts={setting.eval_every_rollouts}",
+        f"eval.num_prompts={setting.eval_num_prompts}",
+        f"eval.samples_per_prompt={setting.eval_samples_per_prompt}",
+        "checkpoint.resume=auto",
+        f"checkpoint.every_steps={setting.checkpoint_every_steps}",
+        "checkpoint.keep_last=1",
+        # The bench draws its own bar; W&B would cost CPU the runs share.
+        "logger.mode=disabled",
+        "logger.progress_bar=false",
+        "logger.log_every_steps=25",
+        f"name={arm.label}",
+        f"hydra.run.dir={run_dir.resolve()}",
+    ]
+
+
+def launch_command(overrides: Sequence[str], *, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "adarl.launch", *overrides]
+
+
+def launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: one thread per process and in-process vLLM, as `make run` sets."""
+    env = dict(os.environ if base is None else base)
+    for name, value in (
+        ("OMP_NUM_THREADS", "1"),
+        ("MKL_NUM_THREADS", "1"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+        ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+        ("TORCHDYNAMO_DISABLE", "1"),
+        ("WANDB_MODE", "offline"),
+        ("RAY_AUTH_MODE", "disabled"),
+    ):
+        env.setdefault(name, value)
+    return env
+
+
+# -- resumability -------------------------------------------------------------------------------
+
+
+class RunState(Enum):
+    DONE = "done"  # summary.json exists: skip
+    RESUME = "resume"  # a checkpoint exists: continue from it
+    RESTART = "restart"  # files of an attempt that died before its first checkpoint: move aside
+    START = "start"  # nothing there yet
+
+
+def run_state(run_dir: Path) -> RunState:
+    """What the harness does with `run_dir` (pure: reads files, changes nothing)."""
+    from adarl.checkpoint import CHECKPOINTS_DIR, find_latest_checkpoint
+
+    if (run_dir / "summary.json").exists():
+        return RunState.DONE
+    if find_latest_checkpoint(run_dir / CHECKPOINTS_DIR) is not None:
+        return RunState.RESUME
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return RunState.RESTART
+    return RunState.START
+
+
+def check_recorded_overrides(run_dir: Path, overrides: Sequence[str]) -> None:
+    """Refuse a run dir started with other settings: continuing it would mix two budgets."""
+    path = run_dir / RUN_RECORD_FILE
+    if not path.exists():
+        return
+    recorded = json.loads(path.read_text())["overrides"]
+    if list(recorded) != list(overrides):
+        changed = sorted(set(recorded) ^ set(overrides))
+        raise ValueError(
+            f"{run_dir} was started with other settings (differences: {changed}); rerun with "
+            "the settings it was started with, choose another --results-dir, or delete "
+            f"{run_dir} to start it over"
+        )
+
+
+def prepare_run_dir(run_dir: Path, overrides: Sequence[str]) -> RunState:
+    """Check `run_dir` against `overrides`, move a dead first attempt aside, record overrides."""
+    check_recorded_overrides(run_dir, overrides)
+    state = run_state(run_dir)
+    if state is RunState.RESTART:
+        # The launcher refuses a dir with metrics but no checkpoint; keep the attempt to read.
+        aside = run_dir.with_name(run_dir.name + ".incomplete")
+        if aside.exists():
+            shutil.rmtree(aside)
+        run_dir.rename(aside)
+    if state is not RunState.DONE:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RUN_RECORD_FILE).write_text(
+            json.dumps({"overrides": list(overrides)}, indent=2) + "\n"
+        )
+    return state
+
+
+def last_logged(metrics_path: Path, key: str, *, tail_bytes: int = 1 << 18) -> float | None:
+    """The last value of `key` in a `metrics.jsonl` that may be being written.
+
+    Reads only the file's tail; a line cut short by a writer (or by the seek) fails to parse and
+    is skipped. None when no complete line in the tail has the key.
+    """
+    if not metrics_path.exists():
+        return None
+    with metrics_path.open("rb") as file:
+        file.seek(0, os.SEEK_END)
+        file.seek(max(0, file.tell() - tail_bytes))
+        chunk = file.read()
+    for line in reversed(chunk.split(b"\n")):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and key in row:
+            return float(row[key])
+    return None
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def run_subprocess(
+    command: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str],
+    on_poll: Callable[[], None],
+    poll_s: float = 2.0,
+) -> int:
+    """Run `command` with its output appended to `log_path`, calling `on_poll` every `poll_s`.
+
+    The child runs in its own session, so a Ctrl-C in the terminal reaches only this process;
+    on Ctrl-C, SIGTERM or SIGHUP this process sends SIGINT to the child's process group (the
+    launcher then shuts Ray and the engines down), waits for it, and re-raises: no run is left
+    orphaned to compete for the cores with the next invocation.
+    """
+    with log_path.open("a", encoding="utf-8") as log, _signals_raise():
+        log.write(f"\n$ {shlex.join(command)}\n")
+        log.flush()
+        process = subprocess.Popen(
+            list(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,
+        )
+        try:
+            while True:
+                try:
+                    return process.wait(timeout=poll_s)
+                except subprocess.TimeoutExpired:
+                    on_poll()
+        except BaseException:
+            _stop(process)
+            raise
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM / SIGHUP raise SystemExit (default: die at once, leaving the child behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def run_comparison(
+    setting: Setting,
+    *,
+    results_dir: Path,
+    python: str = sys.executable,
+    show_progress: bool = True,
+) -> list[tuple[Arm, int, Path]]:
+    """Run every (arm, seed) of `setting` that is not done, one at a time; returns the plan."""
+    from tqdm import tqdm
+
+    setting.validate()
+    plan = [
+        (arm_by_label(label), seed, results_dir / label / f"seed{seed}")
+        for label in setting.arms
+        for seed in range(setting.seeds)
+    ]
+    budget = setting.max_rollouts
+    env = launch_env()
+    with tqdm(
+        total=len(plan) * budget,
+        unit="rollout",
+        unit_scale=True,
+        desc=f"learning ({setting.name})",
+        disable=not show_progress,
+        dynamic_ncols=True,
+    ) as bar:
+        for index, (arm, seed, run_dir) in enumerate(plan):
+            overrides = run_overrides(arm, seed, setting, run_dir)
+            state = prepare_run_dir(run_dir, overrides)
+            done_before = index * budget
+            if state is not RunState.DONE:
+                bar.set_postfix_str(f"{arm.label} seed {seed}: {state.value}")
+
+                def poll(run_dir: Path = run_dir, done_before: int = done_before) -> None:
+                    rollouts = last_logged(run_dir / "metrics.jsonl", "perf/rollouts_total")
+                    bar.update(done_before + min(int(rollouts or 0), budget) - bar.n)
+
+                code = run_subprocess(
+                    launch_command(overrides, python=python),
+                    log_path=run_dir / CONSOLE_LOG,
+                    env=env,
+                    on_poll=poll,
+                )
+                if code != 0 or not (run_dir / "summary.json").exists():
+                    raise RuntimeError(
+                        f"run {arm.label} seed {seed} failed (exit code {code}); its output is "
+                        f"in {run_dir / CONSOLE_LOG}. Fix the cause and rerun the same command: "
+                        "finished runs are skipped and this one resumes from its checkpoint"
+                    )
+            bar.update((index + 1) * budget - bar.n)
+    return plan
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def setting_from_args(args: argparse.Namespace) -> Setting:
+    base = FULL if args.full else REDUCED
+    changes = {
+        key: value
+        for key, value in (
+            ("arms", tuple(args.arms) if args.arms else None),
+            ("seeds", args.seeds),
+            ("max_rollouts", args.max_rollouts),
+            ("eval_every_rollouts", args.eval_every_rollouts),
+            ("eval_num_prompts", args.eval_num_prompts),
+        )
+        if value is not None
+    }
+    if not changes:
+        return base
+    setting = Setting(**{**asdict(base), **changes, "name": f"{base.name}, customised"})
+    setting.validate()
+    return setting
+
+
+def command_line(args: argparse.Namespace) -> str:
+    parts = ["python -m adarl.bench learning"]
+    if args.full:
+        parts.append("--full")
+    for flag, value in (
+        ("--arms", " ".join(args.arms) if args.arms else None),
+        ("--seeds", args.seeds),
+        ("--max-rollouts", args.max_rollouts),
+        ("--eval-every-rollouts", args.eval_every_rollouts),
+        ("--eval-num-prompts", args.eval_num_prompts),
+    ):
+        if value is not None:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m adarl.bench learning", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--full", action="store_true", help="every arm, 200k rollouts per run")
+    parser.add_argument("--arms", nargs="+", default=None, help="arm labels (see ARMS)")
+    parser.add_argument("--seeds", type=int, default=None, help="root seeds 0..N-1")
+    parser.add_argument("--max-rollouts", type=int, default=None, help="rollout budget per run")
+    parser.add_argument("--eval-every-rollouts", type=int, default=None)
+    parser.add_argument("--eval-num-prompts", type=int, default=None)
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=None,
+        help="where the runs live (default: runs/bench_learning/<setting>)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="redraw the plots and the docs section from --data without training",
+    )
+    parser.add_argument("--data", type=Path, default=DATA_PATH, help="the per-run JSON")
+    parser.add_argument("--docs", type=Path, default=DOCS_PATH, help="the file to write into")
+    parser.add_argument("--figures-dir", type=Path, default=FIGURES_DIR)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print each run's state and command, run nothing"
+    )
+    args = parser.parse_args(argv)
+
+    if args.report_only:
+        data = ReportData.load(args.data)
+        write_report(data, docs_path=args.docs, figures_dir=args.figures_dir, data_path=None)
+        print(f"wrote the Learning section of {args.docs} from {args.data}")
+        return 0
+
+    setting = setting_from_args(args)
+    setting.validate()
+    results_dir = args.results_dir or Path("runs") / "bench_learning" / setting.name.split(",")[0]
+    if args.dry_run:
+        for label in setting.arms:
+            for seed in range(setting.seeds):
+                run_dir = results_dir / label / f"seed{seed}"
+                overrides = run_overrides(arm_by_label(label), seed, setting, run_dir)
+                print(f"[{run_state(run_dir).value}] {shlex.join(launch_command(overrides))}")
+        return 0
+    plan = run_comparison(setting, results_dir=results_dir)
+    data = ReportData(
+        setting=asdict(setting),
+        command=command_line(args),
+        runs=[
+            load_run(run_dir, arm=arm.label, experiment=arm.experiment, seed=seed)
+            for arm, seed, run_dir in plan
+        ],
+    )
+    write_report(data, docs_path=args.docs, figures_dir=args.figures_dir, data_path=args.data)
+    print(headline_table(data.runs)[0])
+    print(f"wrote {args.data}, the figures in {args.figures_dir} and the section in {args.docs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,967 @@
+"""The report of `python -m adarl.bench learning`: per-run data, statistics over seeds, tables,
+plots and the `## Learning` section of docs/benchmarks.md. Pure functions of metrics rows, apart
+from drawing PNGs and writing the docs file; no training happens here.
+
+Definitions (the docs section repeats them):
+
+* curves: held-out accuracy (T = 1, no hint) at each evaluation, linearly interpolated onto a
+  common grid from 0 to the smallest final x over the arm's seeds (never extrapolated); mean ±
+  spread over seeds, where the spread is the sample standard deviation (n − 1) over seeds;
+* GRPO-best: the GRPO arm (experiment `grpo`) with the highest mean final accuracy;
+* to target, per seed: the first x where the seed's interpolated accuracy curve reaches
+  GRPO-best's final accuracy *on the same seed* (the same root seed gives every arm the same
+  prompt order and evaluation draws, so the comparison is paired); an arm reaches the target when
+  all its seeds do, and is then reported as mean ± spread over seeds;
+* tie: two means that differ by less than the larger of their two spreads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SECTION_TITLE = "## Learning"
+GRPO_EXPERIMENT = "grpo"  # arms of this experiment compete for GRPO-best
+# p̃ bins in the order the allocator logs them (adarl/allocator/metrics.py PASS_RATE_BINS).
+PASS_RATE_BINS: tuple[str, ...] = ("0", "0-0.25", "0.25-0.5", "0.5-0.75", "0.75-1", "1")
+AXES: tuple[str, ...] = ("step", "rollouts", "tokens", "wall_s")
+AXIS_LABELS: dict[str, str] = {
+    "step": "training steps",
+    "rollouts": "training rollouts",
+    "tokens": "generated tokens",
+    "wall_s": "wall time since the first step (s; includes evaluations)",
+}
+GRID_POINTS = 60
+
+
+@dataclass
+class EvalPoint:
+    step: int
+    rollouts: float
+    tokens: float
+    wall_s: float
+    accuracy: float
+    greedy_accuracy: float | None
+    by_difficulty: dict[str, float] = field(default_factory=dict)
+
+    def x(self, axis: str) -> float:
+        return float(getattr(self, axis))
+
+
+@dataclass
+class RunRecord:
+    """What the report needs from one run, small enough to commit for every run."""
+
+    arm: str
+    experiment: str
+    seed: int
+    evals: list[EvalPoint]
+    mixed_fraction: list[float]  # per training step, in step order
+    steps: int
+    rollouts: float  # Σ sampling/rollouts over steps (training rollouts)
+    tokens: float
+    groups_trained: float
+    mixed_groups: float  # Σ mixed fraction × groups trained
+    discarded_samples: float | None  # None when the run does not log them
+    start_up_s: float  # build + base evaluation (step 0's timing/build_s + timing/eval_s)
+    prompts_by_bin: dict[str, float]  # Σ over steps, by p̃ bin
+    rollouts_by_bin: dict[str, float]  # Σ prompts × samples per prompt, by p̃ bin
+    timing_s: dict[str, float]  # Σ over training steps of every per-step `timing/<name>_s`
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.evals[-1].accuracy
+
+    @property
+    def base_accuracy(self) -> float:
+        return self.evals[0].accuracy
+
+    def to_json(self) -> dict[str, Any]:
+        return _rounded(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
+        values = dict(data)
+        values["evals"] = [EvalPoint(**e) for e in data["evals"]]
+        return cls(**values)
+
+
+def _rounded(value: Any) -> Any:
+    """Six significant digits: the JSON stays small and diffs stay readable."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def record_from_rows(
+    rows: Sequence[Mapping[str, Any]], *, arm: str, experiment: str, seed: int
+) -> RunRecord:
+    """Extract a `RunRecord` from a run's `metrics.jsonl` rows (step 0 = the base evaluation)."""
+    evals: list[EvalPoint] = []
+    mixed: list[float] = []
+    totals = {"rollouts": 0.0, "tokens": 0.0, "groups": 0.0, "mixed": 0.0}
+    discarded: float | None = None  # None: the run does not log sampling/discarded_samples
+    start_up_s = 0.0
+    prompts_by_bin = dict.fromkeys(PASS_RATE_BINS, 0.0)
+    rollouts_by_bin = dict.fromkeys(PASS_RATE_BINS, 0.0)
+    timing: dict[str, float] = {}
+    steps = 0
+    for row in rows:
+        step = int(row["step"])
+        if step > 0:
+            steps += 1
+            fraction = float(row.get("signal/mixed_group_fraction", 0.0))
+            groups = float(row.get("signal/groups_trained", 0.0))
+            mixed.append(fraction)
+            totals["rollouts"] += float(row.get("sampling/rollouts", 0.0))
+            totals["tokens"] += float(row.get("sampling/tokens", 0.0))
+            totals["groups"] += groups
+            totals["mixed"] += fraction * groups
+            if "sampling/discarded_samples" in row:
+                discarded = (discarded or 0.0) + float(row["sampling/discarded_samples"])
+            for name in PASS_RATE_BINS:
+                prompts = float(row.get(f"sampling/prompts_by_pass_rate/{name}", 0.0))
+                per_prompt = float(row.get(f"sampling/samples_per_prompt_by_pass_rate/{name}", 0.0))
+                prompts_by_bin[name] += prompts
+                rollouts_by_bin[name] += prompts * per_prompt
+            for key, value in row.items():
+                if key.startswith("timing/") and key.endswith("_s"):
+                    name = key.removeprefix("timing/").removesuffix("_s")
+                    timing[name] = timing.get(name, 0.0) + float(value)
+        else:
+            # Start-up and the base evaluation: excluded from the training wall time.
+            start_up_s = float(row.get("timing/build_s", 0.0)) + float(
+                row.get("timing/eval_s", 0.0)
+            )
+        if "eval/accuracy" in row:
+            greedy = row.get("eval/greedy_accuracy")
+            wall_s = float(row.get("perf/wall_s", start_up_s)) - start_up_s
+            evals.append(
+                EvalPoint(
+                    step=step,
+                    rollouts=float(row.get("perf/rollouts_total", 0.0)),
+                    tokens=float(row.get("perf/tokens_total", 0.0)),
+                    wall_s=max(0.0, wall_s) if step > 0 else 0.0,
+                    accuracy=float(row["eval/accuracy"]),
+                    greedy_accuracy=None if greedy is None else float(greedy),
+                    by_difficulty={
+                        key.removeprefix("eval/accuracy_by_difficulty/"): float(value)
+                        for key, value in row.items()
+                        if key.startswith("eval/accuracy_by_difficulty/")
+                    },
+                )
+            )
+    if not evals or evals[0].step != 0:
+        raise ValueError(
+            f"{arm} seed {seed}: metrics have no base evaluation at step 0 (eval/accuracy); "
+            "is this an adarl run directory that finished?"
+        )
+    if len(evals) < 2:
+        raise ValueError(f"{arm} seed {seed}: metrics have no evaluation after training")
+    return RunRecord(
+        arm=arm,
+        experiment=experiment,
+        seed=seed,
+        evals=evals,
+        mixed_fraction=mixed,
+        steps=steps,
+        rollouts=totals["rollouts"],
+        tokens=totals["tokens"],
+        groups_trained=totals["groups"],
+        mixed_groups=totals["mixed"],
+        discarded_samples=discarded,
+        start_up_s=start_up_s,
+        prompts_by_bin=prompts_by_bin,
+        rollouts_by_bin=rollouts_by_bin,
+        timing_s=timing,
+    )
+
+
+def load_run(run_dir: Path, *, arm: str, experiment: str, seed: int) -> RunRecord:
+    from adarl.logging import read_metrics_jsonl
+
+    if not (run_dir / "summary.json").exists():
+        raise FileNotFoundError(
+            f"{run_dir} has no summary.json: the run has not finished; run "
+            "`python -m adarl.bench learning` with the same settings to finish it"
+        )
+    rows = read_metrics_jsonl(run_dir / "metrics.jsonl")
+    return record_from_rows(rows, arm=arm, experiment=experiment, seed=seed)
+
+
+# -- statistics over seeds (pure) ---------------------------------------------------------------
+
+
+def mean_and_spread(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n − 1) over seeds; the spread of one seed is 0."""
+    array = np.asarray(list(values), dtype=float)
+    if array.size == 0:
+        raise ValueError("mean_and_spread of no values")
+    spread = float(array.std(ddof=1)) if array.size > 1 else 0.0
+    return float(array.mean()), spread
+
+
+def interpolate(xs: Sequence[float], ys: Sequence[float], grid: np.ndarray) -> np.ndarray:
+    """Piecewise-linear y(x) on `grid`; NaN outside [xs[0], xs[-1]] (never extrapolated)."""
+    x = np.asarray(xs, dtype=float)
+    if np.any(np.diff(x) < 0):
+        raise ValueError(f"interpolate: x must be non-decreasing, got {list(xs)}")
+    return np.interp(grid, x, np.asarray(ys, dtype=float), left=np.nan, right=np.nan)
+
+
+def common_grid(
+    curves: Sequence[tuple[Sequence[float], Sequence[float]]], points: int
+) -> np.ndarray:
+    """0 .. the smallest last x over `curves`: where every seed has a value."""
+    upper = min(float(xs[-1]) for xs, _ in curves)
+    return np.linspace(0.0, upper, points)
+
+
+@dataclass(frozen=True)
+class Band:
+    grid: np.ndarray
+    mean: np.ndarray
+    spread: np.ndarray
+    seeds: int
+
+
+def seed_band(curves: Sequence[tuple[Sequence[float], Sequence[float]]], points: int) -> Band:
+    """Mean ± spread of several seeds' curves, each interpolated onto their common grid."""
+    grid = common_grid(curves, points)
+    values = np.stack([interpolate(xs, ys, grid) for xs, ys in curves])
+    spread = values.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros_like(grid)
+    return Band(grid=grid, mean=values.mean(axis=0), spread=spread, seeds=len(curves))
+
+
+def first_reach(xs: Sequence[float], ys: Sequence[float], target: float) -> float | None:
+    """The smallest x at which the piecewise-linear curve through (xs, ys) reaches `target`."""
+    if ys[0] >= target:
+        return float(xs[0])
+    for i in range(1, len(xs)):
+        x0, y0, x1, y1 = xs[i - 1], ys[i - 1], xs[i], ys[i]
+        if y1 >= target > y0:
+            return float(x0 + (target - y0) / (y1 - y0) * (x1 - x0))
+    return None
+
+
+def is_tie(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Means differ by less than the larger of the two spreads (each (mean, spread))."""
+    return abs(a[0] - b[0]) < max(a[1], b[1])
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Per seed: the x at which an arm reached that seed's target, or None."""
+
+    arm: str
+    per_seed: dict[int, float | None]
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.per_seed) and all(v is not None for v in self.per_seed.values())
+
+    @property
+    def seeds_reached(self) -> int:
+        return sum(v is not None for v in self.per_seed.values())
+
+    def summary(self) -> tuple[float, float]:
+        if not self.reached:
+            raise ValueError(f"{self.arm} did not reach the target on every seed")
+        return mean_and_spread(v for v in self.per_seed.values() if v is not None)
+
+
+def runs_by_arm(records: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    """Runs grouped by arm: arms in order of first appearance, each arm's runs by seed."""
+    out: dict[str, list[RunRecord]] = {}
+    for record in records:
+        out.setdefault(record.arm, []).append(record)
+    return {arm: sorted(runs, key=lambda r: r.seed) for arm, runs in out.items()}
+
+
+def grpo_best(records: Sequence[RunRecord]) -> str:
+    """The GRPO arm with the highest mean final accuracy over its seeds."""
+    grpo = {
+        arm: mean_and_spread(r.final_accuracy for r in runs)[0]
+        for arm, runs in runs_by_arm(records).items()
+        if runs[0].experiment == GRPO_EXPERIMENT
+    }
+    if not grpo:
+        raise ValueError("no GRPO arm among the runs: GRPO-best is undefined; add a grpo arm")
+    return max(grpo, key=lambda arm: grpo[arm])
+
+
+def reach_to_reference(
+    records: Sequence[RunRecord], reference: str, axis: str = "rollouts"
+) -> dict[str, Reach]:
+    """Per arm: on each seed the reference ran, where the arm reached the reference's final
+    accuracy on that seed (paired targets)."""
+    by_arm = runs_by_arm(records)
+    targets = {r.seed: r.final_accuracy for r in by_arm[reference]}
+    out: dict[str, Reach] = {}
+    for arm, runs in by_arm.items():
+        out[arm] = Reach(
+            arm=arm,
+            per_seed={
+                r.seed: first_reach(
+                    [e.x(axis) for e in r.evals], [e.accuracy for e in r.evals], targets[r.seed]
+                )
+                for r in runs
+                if r.seed in targets
+            },
+        )
+    return out
+
+
+def verdict(arm: Reach, reference: Reach) -> str:
+    """ "faster (0.62×)", "slower (1.40×)", "tie (0.95×)" or "not reached (k/n seeds)"."""
+    if not arm.reached:
+        return f"not reached ({arm.seeds_reached}/{len(arm.per_seed)} seeds)"
+    mine, theirs = arm.summary(), reference.summary()
+    ratio = f"{mine[0] / theirs[0]:.2f}×" if theirs[0] > 0 else "n/a"
+    if is_tie(mine, theirs):
+        return f"tie ({ratio})"
+    return f"{'faster' if mine[0] < theirs[0] else 'slower'} ({ratio})"
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ReportData:
+    """docs/data/learning.json: everything the section and plots are drawn from."""
+
+    setting: dict[str, Any]
+    command: str
+    runs: list[RunRecord]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "setting": self.setting,
+            "command": self.command,
+            "runs": [r.to_json() for r in self.runs],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReportData:
+        return cls(
+            setting=dict(data["setting"]),
+            command=str(data["command"]),
+            runs=[RunRecord.from_json(r) for r in data["runs"]],
+        )
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> ReportData:
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{path} does not exist; run `python -m adarl.bench learning` (without "
+                "--report-only) first, or point --data at an existing learning.json"
+            )
+        return cls.from_json(json.loads(path.read_text()))
+
+
+def _para(text: str, *, indent: str = "") -> str:
+    """A generated paragraph wrapped at 100 columns like the rest of docs/benchmarks.md
+    (`indent` for the continuation lines of a list item)."""
+    return textwrap.fill(
+        text,
+        width=100,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _maybe_pct(x: float | None) -> str:
+    return "n/a" if x is None else _pct(x)
+
+
+def _pm_pct(values: Iterable[float]) -> str:
+    mean, spread = mean_and_spread(values)
+    return f"{100 * mean:.1f} ± {100 * spread:.1f}%"
+
+
+def _count(x: float) -> str:
+    if abs(x) >= 10_000:
+        return f"{x / 1000:.0f}k"
+    if abs(x) >= 1000:
+        return f"{x / 1000:.1f}k"
+    return f"{x:.0f}"
+
+
+def _pm_count(summary: tuple[float, float]) -> str:
+    return f"{_count(summary[0])} ± {_count(summary[1])}"
+
+
+def _arm_order(by_arm: Mapping[str, Sequence[RunRecord]]) -> list[str]:
+    """Arms in the order their first run appears in the records (the harness's plan order)."""
+    return list(by_arm)
+
+
+def headline_table(records: Sequence[RunRecord]) -> tuple[str, str]:
+    """The headline table and the name of GRPO-best."""
+    by_arm = runs_by_arm(records)
+    best = grpo_best(records)
+    reaches = {axis: reach_to_reference(records, best, axis) for axis in ("rollouts", "tokens")}
+    wall = reach_to_reference(records, best, "wall_s")
+    best_final = mean_and_spread(r.final_accuracy for r in by_arm[best])
+    lines = [
+        "| arm | seeds | base → final accuracy | final vs GRPO-best | rollouts to target "
+        "| vs GRPO-best | tokens to target | wall s to target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in _arm_order(by_arm):
+        runs = by_arm[arm]
+        final = mean_and_spread(r.final_accuracy for r in runs)
+        if arm == best:
+            versus_final = "(reference)"
+        elif is_tie(final, best_final):
+            versus_final = "tie"
+        else:
+            versus_final = "higher" if final[0] > best_final[0] else "lower"
+        cells = []
+        for reach in (reaches["rollouts"][arm], reaches["tokens"][arm], wall[arm]):
+            if reach.reached:
+                cells.append(_pm_count(reach.summary()))
+            else:
+                cells.append(f"not reached ({reach.seeds_reached}/{len(reach.per_seed)})")
+        name = f"**{arm}** (GRPO-best)" if arm == best else arm
+        if arm == best:
+            against = "(reference)"
+        elif not reaches["rollouts"][arm].reached:
+            against = "–"  # the cell before says how many seeds reached it
+        else:
+            against = verdict(reaches["rollouts"][arm], reaches["rollouts"][best])
+        lines.append(
+            f"| {name} | {len(runs)} | {_pm_pct(r.base_accuracy for r in runs)} → "
+            f"{_pm_pct(r.final_accuracy for r in runs)} | {versus_final} | {cells[0]} | "
+            f"{against} | {cells[1]} | {cells[2]} |"
+        )
+    return "\n".join(lines) + "\n", best
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where an arm's rollouts went and what signal they bought (sums over its seeds)."""
+
+    arm: str
+    rollouts: float
+    samples_per_prompt: float
+    rollout_share_by_bin: dict[str, float]
+    samples_per_prompt_by_bin: dict[str, float | None]
+    no_signal_share: float  # share of rollouts on prompts whose pool had p̃ = 0 or 1
+    discarded_share: float | None  # None when some run does not log discarded samples
+    mixed_per_1k_rollouts: float
+    gain_per_1k_mixed: float  # accuracy points (final − base, seed mean) per 1,000 mixed groups
+    mixed_fraction: float
+
+
+def diagnose(runs: Sequence[RunRecord]) -> Diagnosis:
+    rollouts = sum(sum(r.rollouts_by_bin.values()) for r in runs)
+    prompts = sum(sum(r.prompts_by_bin.values()) for r in runs)
+    by_bin = {b: sum(r.rollouts_by_bin[b] for r in runs) for b in PASS_RATE_BINS}
+    prompts_by_bin = {b: sum(r.prompts_by_bin[b] for r in runs) for b in PASS_RATE_BINS}
+    mixed = sum(r.mixed_groups for r in runs)
+    groups = sum(r.groups_trained for r in runs)
+    gain = mean_and_spread(r.final_accuracy - r.base_accuracy for r in runs)[0]
+    mixed_per_run = mixed / len(runs)
+    total_rollouts = sum(r.rollouts for r in runs)
+    return Diagnosis(
+        arm=runs[0].arm,
+        rollouts=total_rollouts / len(runs),
+        samples_per_prompt=rollouts / prompts if prompts else math.nan,
+        rollout_share_by_bin={b: by_bin[b] / rollouts if rollouts else 0.0 for b in by_bin},
+        samples_per_prompt_by_bin={
+            b: by_bin[b] / prompts_by_bin[b] if prompts_by_bin[b] else None for b in by_bin
+        },
+        no_signal_share=(by_bin["0"] + by_bin["1"]) / rollouts if rollouts else 0.0,
+        discarded_share=(
+            None
+            if any(r.discarded_samples is None for r in runs) or not total_rollouts
+            else sum(r.discarded_samples or 0.0 for r in runs) / total_rollouts
+        ),
+        mixed_per_1k_rollouts=1000 * mixed / total_rollouts if total_rollouts else 0.0,
+        gain_per_1k_mixed=100 * gain / (mixed_per_run / 1000) if mixed_per_run else math.nan,
+        mixed_fraction=mixed / groups if groups else 0.0,
+    )
+
+
+def diagnosis_tables(records: Sequence[RunRecord]) -> str:
+    by_arm = runs_by_arm(records)
+    diagnoses = [diagnose(by_arm[arm]) for arm in _arm_order(by_arm)]
+    head = " | ".join(f"p̃ = {b}" if b in ("0", "1") else f"p̃ ∈ {b}" for b in PASS_RATE_BINS)
+    share = [f"| arm | {head} |", "|---" * (len(PASS_RATE_BINS) + 1) + "|"]
+    per_prompt = [f"| arm | all | {head} |", "|---" * (len(PASS_RATE_BINS) + 2) + "|"]
+    signal = [
+        "| arm | rollouts per run | discarded | on p̃ ∈ {0, 1} | mixed-group ratio "
+        "| mixed groups per 1,000 rollouts | accuracy points per 1,000 mixed groups |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for d in diagnoses:
+        share.append(
+            f"| {d.arm} | "
+            + " | ".join(_pct(d.rollout_share_by_bin[b]) for b in PASS_RATE_BINS)
+            + " |"
+        )
+        per_prompt.append(
+            f"| {d.arm} | {d.samples_per_prompt:.1f} | "
+            + " | ".join(
+                "–" if (v := d.samples_per_prompt_by_bin[b]) is None else f"{v:.1f}"
+                for b in PASS_RATE_BINS
+            )
+            + " |"
+        )
+        signal.append(
+            f"| {d.arm} | {_count(d.rollouts)} | {_maybe_pct(d.discarded_share)} | "
+            f"{_pct(d.no_signal_share)} | {_pct(d.mixed_fraction)} | "
+            f"{d.mixed_per_1k_rollouts:.1f} | {d.gain_per_1k_mixed:.2f} |"
+        )
+    return (
+        "Share of training rollouts by the pool pass rate p̃ of the prompt they were drawn "
+        "for (sums over seeds and steps):\n\n"
+        + "\n".join(share)
+        + "\n\nSamples drawn per prompt, by p̃ (Seq-Balance should draw most near p̃ = 0 and 1 "
+        "and least near ½: the U-shape):\n\n"
+        + "\n".join(per_prompt)
+        + "\n\nWhat the rollouts bought (learning per rollout = mixed groups per rollout × "
+        "accuracy per mixed group):\n\n" + "\n".join(signal) + "\n"
+    )
+
+
+def losses_explained(records: Sequence[RunRecord], best: str) -> str:
+    """One bullet per arm that is slower than GRPO-best or does not reach its accuracy.
+
+    Learning per rollout factors into mixed groups per rollout (signal bought) × accuracy per
+    mixed group (what the update made of it); the cause named is the factor with the smaller
+    ratio to GRPO-best's.
+    """
+    by_arm = runs_by_arm(records)
+    reaches = reach_to_reference(records, best)
+    ref = diagnose(by_arm[best])
+    bullets = []
+    for arm in _arm_order(by_arm):
+        said = verdict(reaches[arm], reaches[best]) if arm != best else ""
+        if not said.startswith(("slower", "not reached")):
+            continue
+        d = diagnose(by_arm[arm])
+        signal_ratio = _ratio(d.mixed_per_1k_rollouts, ref.mixed_per_1k_rollouts)
+        value_ratio = _ratio(d.gain_per_1k_mixed, ref.gain_per_1k_mixed)
+        if math.isnan(signal_ratio) or math.isnan(value_ratio):
+            cause = f"{best} itself bought no mixed groups or no accuracy, so no ratio is defined"
+        elif signal_ratio < value_ratio:
+            cause = "it buys fewer mixed groups per rollout"
+        else:
+            cause = "each mixed group it trains buys less accuracy"
+        bullets.append(
+            _para(
+                f"* **{arm}** ({said} against {best}): {cause}. Mixed groups per 1,000 "
+                f"rollouts {d.mixed_per_1k_rollouts:.1f} vs {ref.mixed_per_1k_rollouts:.1f} "
+                f"({signal_ratio:.2f}×); accuracy points per 1,000 mixed groups "
+                f"{d.gain_per_1k_mixed:.2f} vs {ref.gain_per_1k_mixed:.2f} "
+                f"({value_ratio:.2f}×). It drew {d.samples_per_prompt:.1f} samples per prompt "
+                f"({ref.samples_per_prompt:.1f}), {_pct(d.no_signal_share)} of its rollouts "
+                f"on prompts with p̃ ∈ {{0, 1}} ({_pct(ref.no_signal_share)}), and discarded "
+                f"{_maybe_pct(d.discarded_share)} of its rollouts "
+                f"({_maybe_pct(ref.discarded_share)}).",
+                indent="  ",
+            )
+        )
+    if not bullets:
+        return f"No arm is slower than {best} beyond the seed spread.\n"
+    return "\n".join(bullets) + "\n"
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0 and not math.isnan(a) else math.nan
+
+
+# Step-time breakdown: (label, how it is computed from the summed timing/<name>_s).
+TIME_PARTS: tuple[tuple[str, Callable[[Mapping[str, float]], float]], ...] = (
+    ("generation (waiting for engines)", lambda t: t.get("rollout_wait", 0.0)),
+    ("reward", lambda t: t.get("reward", 0.0)),
+    ("allocator + group building", lambda t: t.get("allocator", 0.0)),
+    ("dispatch", lambda t: t.get("dispatch", 0.0)),
+    ("train batch", lambda t: t.get("batch", 0.0)),
+    ("learner", lambda t: t.get("train", 0.0)),
+    ("weight sync", lambda t: t.get("weight_sync", 0.0)),
+    (
+        "other (data, loop)",
+        lambda t: (
+            t.get("step", 0.0)
+            - sum(
+                t.get(k, 0.0)
+                for k in (
+                    "rollout_wait",
+                    "reward",
+                    "allocator",
+                    "dispatch",
+                    "batch",
+                    "train",
+                    "weight_sync",
+                )
+            )
+        ),
+    ),
+)
+
+
+def overhead_share(timing_s: Mapping[str, float]) -> float:
+    """Share of step time outside generation, reward, learning and weight sync.
+
+    (Σ step_s − Σ (rollout_wait_s + reward_s + train_s + weight_sync_s)) / Σ step_s over the
+    steps summed into `timing_s`: the driver's time in the allocator, in dispatching requests,
+    building the train batch, drawing prompts and its own loop.
+    """
+    step = timing_s.get("step")
+    if not step:
+        raise ValueError(
+            "no timing/step_s in the metrics: this run predates the step timings; rerun it "
+            "with the current adarl"
+        )
+    inside = sum(timing_s.get(k, 0.0) for k in ("rollout_wait", "reward", "train", "weight_sync"))
+    return (step - inside) / step
+
+
+def time_table(records: Sequence[RunRecord]) -> str:
+    by_arm = runs_by_arm(records)
+    head = " | ".join(label for label, _ in TIME_PARTS)
+    lines = [
+        f"| arm | step (s) | {head} | overhead share |",
+        "|---" * (len(TIME_PARTS) + 3) + "|",
+    ]
+    for arm in _arm_order(by_arm):
+        runs = by_arm[arm]
+        steps = sum(r.steps for r in runs)
+        timing = {k: sum(r.timing_s.get(k, 0.0) for r in runs) for k in runs[0].timing_s}
+        if not timing.get("step"):
+            lines.append(f"| {arm} | n/a (no timing/step_s) |" + " |" * (len(TIME_PARTS) + 1))
+            continue
+        parts = [part(timing) / timing["step"] for _, part in TIME_PARTS]
+        lines.append(
+            f"| {arm} | {timing['step'] / steps:.3f} | "
+            + " | ".join(_pct(p) for p in parts)
+            + f" | {_pct(overhead_share(timing))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def difficulty_table(records: Sequence[RunRecord]) -> str:
+    by_arm = runs_by_arm(records)
+    levels = sorted(
+        {level for r in records for level in r.evals[-1].by_difficulty},
+        key=_natural_key,
+    )
+    if not levels:
+        return "(the runs logged no eval/accuracy_by_difficulty/*)\n"
+    lines = [
+        "| arm | " + " | ".join(f"level {lv}" for lv in levels) + " |",
+        "|---" * (len(levels) + 1) + "|",
+    ]
+    base_runs = by_arm[_arm_order(by_arm)[0]]
+    lines.append(
+        "| base | "
+        + " | ".join(
+            _pm_pct(r.evals[0].by_difficulty.get(lv, math.nan) for r in base_runs) for lv in levels
+        )
+        + " |"
+    )
+    for arm in _arm_order(by_arm):
+        lines.append(
+            f"| {arm} | "
+            + " | ".join(
+                _pm_pct(r.evals[-1].by_difficulty.get(lv, math.nan) for r in by_arm[arm])
+                for lv in levels
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _natural_key(text: str) -> tuple[Any, ...]:
+    try:
+        return (0, float(text), text)
+    except ValueError:
+        return (1, 0.0, text)
+
+
+# -- plots --------------------------------------------------------------------------------------
+
+FIGURES = {
+    "curves": "learning_curves.png",
+    "signal": "learning_signal.png",
+    "difficulty": "learning_difficulty.png",
+    "time": "learning_time.png",
+}
+
+
+def _colors(arms: Sequence[str]) -> dict[str, Any]:
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    return {arm: cmap(i % 10) for i, arm in enumerate(arms)}
+
+
+def plot_figures(records: Sequence[RunRecord], figures_dir: Path) -> dict[str, Path]:
+    """Write the four PNGs; returns their paths by name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    by_arm = runs_by_arm(records)
+    order = _arm_order(by_arm)
+    colors = _colors(order)
+    paths = {name: figures_dir / file for name, file in FIGURES.items()}
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharey=True)
+    for ax, axis in zip(axes.flat, AXES, strict=True):
+        for arm in order:
+            band = seed_band(
+                [
+                    ([e.x(axis) for e in r.evals], [e.accuracy for e in r.evals])
+                    for r in by_arm[arm]
+                ],
+                GRID_POINTS,
+            )
+            ax.plot(band.grid, 100 * band.mean, color=colors[arm], label=arm)
+            ax.fill_between(
+                band.grid,
+                100 * (band.mean - band.spread),
+                100 * (band.mean + band.spread),
+                color=colors[arm],
+                alpha=0.2,
+                linewidth=0,
+            )
+        ax.set_xlabel(AXIS_LABELS[axis])
+        ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("held-out accuracy, T = 1 (%)")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle("Held-out accuracy: mean ± 1 sd over seeds")
+    fig.tight_layout()
+    fig.savefig(paths["curves"], dpi=90)
+    plt.close(fig)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for arm in order:
+        runs = by_arm[arm]
+        length = min(len(r.mixed_fraction) for r in runs)
+        mean = np.mean([r.mixed_fraction[:length] for r in runs], axis=0)
+        window = max(1, min(9, length // 10))
+        smooth = np.convolve(mean, np.ones(window) / window, mode="valid")
+        left.plot(
+            np.arange(len(smooth)) + 1 + (window - 1) / 2, smooth, color=colors[arm], label=arm
+        )
+    left.set_xlabel("training step")
+    left.set_ylabel("mixed-outcome groups / trained groups")
+    left.set_title("Effective group ratio (seed mean, moving average)")
+    left.set_ylim(0.0, 1.0)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    width = 0.8 / len(order)
+    for i, arm in enumerate(order):
+        d = diagnose(by_arm[arm])
+        heights = [d.samples_per_prompt_by_bin[b] or 0.0 for b in PASS_RATE_BINS]
+        right.bar(
+            np.arange(len(PASS_RATE_BINS)) + (i - (len(order) - 1) / 2) * width,
+            heights,
+            width=width,
+            color=colors[arm],
+            label=arm,
+        )
+    right.set_xticks(range(len(PASS_RATE_BINS)), [f"p̃ {b}" for b in PASS_RATE_BINS])
+    right.set_ylabel("samples drawn per prompt")
+    right.set_title("Samples per prompt by pool pass rate p̃")
+    right.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(paths["signal"], dpi=90)
+    plt.close(fig)
+
+    levels = sorted({lv for r in records for lv in r.evals[-1].by_difficulty}, key=_natural_key)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    if levels:
+        width = 0.8 / (len(order) + 1)
+        base = [
+            mean_and_spread(r.evals[0].by_difficulty.get(lv, math.nan) for r in by_arm[order[0]])[0]
+            for lv in levels
+        ]
+        ax.bar(
+            np.arange(len(levels)) - (len(order) / 2) * width,
+            [100 * b for b in base],
+            width=width,
+            color="0.7",
+            label="base",
+        )
+        for i, arm in enumerate(order):
+            stats = [
+                mean_and_spread(r.evals[-1].by_difficulty.get(lv, math.nan) for r in by_arm[arm])
+                for lv in levels
+            ]
+            ax.bar(
+                np.arange(len(levels)) + (i + 1 - len(order) / 2) * width,
+                [100 * m for m, _ in stats],
+                yerr=[100 * s for _, s in stats],
+                width=width,
+                color=colors[arm],
+                label=arm,
+            )
+        ax.set_xticks(range(len(levels)), [f"level {lv}" for lv in levels])
+        ax.legend(fontsize=8)
+    ax.set_ylabel("final held-out accuracy, T = 1 (%)")
+    ax.set_title("Accuracy by difficulty level (mean ± 1 sd over seeds)")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(paths["difficulty"], dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    bottoms = np.zeros(len(order))
+    part_colors = plt.get_cmap("Set2")
+    for j, (label, part) in enumerate(TIME_PARTS):
+        heights = []
+        for arm in order:
+            runs = by_arm[arm]
+            timing = {k: sum(r.timing_s.get(k, 0.0) for r in runs) for k in runs[0].timing_s}
+            heights.append(part(timing) / max(1, sum(r.steps for r in runs)))
+        ax.bar(order, heights, bottom=bottoms, label=label, color=part_colors(j % 8))
+        bottoms += np.asarray(heights)
+    ax.set_ylabel("seconds per training step")
+    ax.set_title("Where a step's time goes (driver's view; eval and checkpoints excluded)")
+    ax.legend(fontsize=8)
+    ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    fig.savefig(paths["time"], dpi=90)
+    plt.close(fig)
+    return paths
+
+
+# -- the docs section ---------------------------------------------------------------------------
+
+
+def write_docs_section(path: Path, title: str, section: str) -> None:
+    """Replace (or append) the section headed `title` (e.g. "## Learning") of `path`, from its
+    heading to the next "## " heading, keeping every other section byte for byte."""
+    if not title.startswith("## "):
+        raise ValueError(f"section title {title!r} must be a level-2 heading ('## Name')")
+    if not section.startswith(title + "\n"):
+        raise ValueError(f"the section text must start with its heading line {title!r}")
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == title), None)
+    section = section.rstrip("\n") + "\n"
+    if start is None:
+        path.write_text(text.rstrip("\n") + "\n\n" + section)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "".join(lines[end:])
+    path.write_text("".join(lines[:start]) + section + ("\n" + tail if tail else ""))
+
+
+def docs_section(data: ReportData, figures: Mapping[str, Path], docs_path: Path) -> str:
+    records = data.runs
+    setting = data.setting
+    headline, best = headline_table(records)
+    by_arm = runs_by_arm(records)
+    reaches = reach_to_reference(records, best)
+    seeds = sorted({r.seed for r in records})
+
+    def link(name: str) -> str:
+        return os.path.relpath(figures[name], docs_path.parent)
+
+    target_line = ""
+    if "ada_seq_balance" in by_arm and best != "ada_seq_balance":
+        said = verdict(reaches["ada_seq_balance"], reaches[best])
+        met = said.startswith(("faster", "tie"))
+        target = (
+            "**Target** (streaming Seq-Balance reaches GRPO-best's final accuracy with no more "
+            f"rollouts than GRPO-best): {'met' if met else 'not met'}: ada_seq_balance is "
+            f"{said} against {best}." + ("" if met else " Why: see the diagnosis below.")
+        )
+        target_line = _para(target) + "\n\n"
+    intro = _para(
+        f"`{data.command}` ({setting['name']} setting: arms {', '.join(setting['arms'])}; "
+        f"seeds {', '.join(map(str, seeds))}; {_count(setting['max_rollouts'])} training "
+        f"rollouts per run; evaluation every {_count(setting['eval_every_rollouts'])} rollouts "
+        f"on {setting['eval_num_prompts']} held-out prompts × "
+        f"{setting['eval_samples_per_prompt']} samples at T = 1, no hint). Each run is the real "
+        "launch command (Ray, vLLM CPU engine, DeepSpeed learner) from the same base model; a "
+        "seed changes prompt order, sampling and learner randomness. Written by the harness "
+        "from docs/data/learning.json (`--report-only` redraws it without training)."
+    )
+    return f"""{SECTION_TITLE}
+
+{intro}
+
+{_para(setting["why"])}
+
+Spread = sample standard deviation over seeds (n − 1). A difference smaller than the larger of
+the two spreads is a **tie**. GRPO-best = the GRPO arm with the highest mean final accuracy
+(here **{best}**). Target, per seed: GRPO-best's final accuracy on that seed (paired: the same
+seed gives every arm the same prompt order and evaluation draws); "to target" is where the
+seed's accuracy curve, linearly interpolated between evaluations, first reaches it; an arm that
+misses it on any seed is "not reached (seeds reached / seeds)". Wall time counts from the end of
+start-up (build and base evaluation, which every arm pays alike) and includes the later
+evaluations and checkpoints; it was measured on a shared 2-core machine: read it as indicative.
+
+### Headline
+
+{target_line}{headline}
+### Curves
+
+![accuracy against steps, rollouts, tokens and wall time]({link("curves")})
+
+### Signal
+
+![mixed-group ratio per step and samples per prompt by p̃]({link("signal")})
+
+### Difficulty
+
+Final held-out accuracy (T = 1) by difficulty level; "base" is the step-0 evaluation.
+
+{difficulty_table(records)}
+![accuracy by difficulty level]({link("difficulty")})
+
+### Time
+
+Share of the driver's step time (`timing/step_s`: data, rollout phase, batch, learner, weight
+sync; evaluation and checkpoints are outside it). Overhead share = time outside generation
+(waiting for engines), reward, learner and weight sync; see the Overhead section.
+
+{time_table(records)}
+![step-time breakdown]({link("time")})
+
+### Diagnosis
+
+{diagnosis_tables(records)}
+Where an arm loses to {best}, and why:
+
+{losses_explained(records, best)}"""
+
+
+def write_report(
+    data: ReportData, *, docs_path: Path, figures_dir: Path, data_path: Path | None
+) -> None:
+    if data_path is not None:
+        data.save(data_path)
+    figures = plot_figures(data.runs, figures_dir)
+    write_docs_section(docs_path, SECTION_TITLE, docs_section(data, figures, docs_path))
