@@ -15,6 +15,8 @@ BENCHMARKS: dict[str, str] = {
     "rollout": "adarl.bench.rollout",  # engine samples/s and tokens/s, base-policy pass rates
     "learner": "adarl.bench.learner",  # learner steps per ZeRO stage, weight-sync cost
     "sampler": "adarl.bench.sampler",  # streaming sequential sampling vs rounds vs uniform
+    "learning": "adarl.bench.learning",  # accuracy per rollout / token / second, arms × seeds
+    "overhead": "adarl.bench.overhead",  # share of step time outside the real work
 }
 
 
