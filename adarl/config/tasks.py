@@ -11,6 +11,12 @@
         for file sources; the arithmetic source always uses "arithmetic".
     path: the training prompts (file sources).
     test_path: held-out prompts for evaluation (file sources; optional).
+    test_fraction: with no `test_path`, hold out this fraction of `path`'s prompts for evaluation
+        (file sources; 0 = no held-out set, and the run reports none). The held-out prompts are
+        the round(fraction × prompts) ones with the smallest hash of (`split_seed`, prompt text):
+        disjoint from training, the same in every run, identical prompts on the same side.
+    split_seed: seed of that hash. Not derived from the root `seed` (like the data seeds of the
+        arithmetic task), so runs of several seeds train and evaluate on the same split.
     split: the split to read when a `datasets` directory holds a `DatasetDict`.
     fields: which columns hold the example's parts (`FieldsConfig`).
     on_bad_row: "error" stops at the first bad row with a message naming the file, the row and
@@ -120,6 +126,8 @@ class TaskConfig:
     verifier: str | None = None
     path: str | None = None
     test_path: str | None = None
+    test_fraction: float = 0.0
+    split_seed: int = 0
     split: str | None = None
     fields: FieldsConfig = field(default_factory=FieldsConfig)
     on_bad_row: str = "error"
@@ -135,6 +143,21 @@ class TaskConfig:
             raise ValueError(f"task.on_bad_row={self.on_bad_row!r} must be one of {ON_BAD_ROW}")
         if self.max_prompt_chars < 1:
             raise ValueError(f"task.max_prompt_chars={self.max_prompt_chars} must be >= 1")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ValueError(
+                f"task.test_fraction={self.test_fraction} must be in [0, 1) (e.g. 0.1 holds out "
+                "a tenth of task.path for evaluation; 0 = no held-out set)"
+            )
+        if self.source == "arithmetic" and self.test_fraction > 0:
+            raise ValueError(
+                f"task.test_fraction={self.test_fraction} applies to file sources; the arithmetic "
+                "task holds out task.arithmetic.test_fraction of its prompts: set that instead"
+            )
+        if self.test_path and self.test_fraction > 0:
+            raise ValueError(
+                f"task.test_path and task.test_fraction={self.test_fraction} both name a held-out "
+                "set; set one of them (test_fraction=0 to evaluate on test_path)"
+            )
         if self.source == "arithmetic":
             if self.verifier not in (None, "arithmetic"):
                 raise ValueError(

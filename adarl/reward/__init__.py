@@ -5,7 +5,7 @@ A verifier maps (response text, `TaskExample`) to a reward in [0, 1] plus an opt
 rollouts concurrently. Formats and guarantees: docs/tasks_and_rewards.md.
 """
 
-from adarl.reward.base import Verifier, VerifierResult
+from adarl.reward.base import GoldChecker, Verifier, VerifierResult, gold_problem
 from adarl.reward.code_verifier import CodeVerifier, extract_code, parse_tests
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.math_verifier import MathVerifier
@@ -21,6 +21,7 @@ from adarl.reward.sandbox import Sandbox, SandboxLimits, SandboxResult
 __all__ = [
     "CodeVerifier",
     "ExactMatchVerifier",
+    "GoldChecker",
     "MathVerifier",
     "RewardPool",
     "Sandbox",
@@ -31,6 +32,7 @@ __all__ = [
     "build_reward_pool",
     "build_verifier",
     "extract_code",
+    "gold_problem",
     "parse_tests",
     "register_verifier",
     "verifier_names",

@@ -1,4 +1,10 @@
-"""The verifier protocol: one response and its example in, a reward in [0, 1] and an error out."""
+"""The verifier protocol: one response and its example in, a reward in [0, 1] and an error out.
+
+A verifier may also implement `GoldChecker.check_gold`: whether it can judge responses against an
+example's answer at all. Prompt loaders call it (through `gold_problem`) on every row, so an
+answer the verifier cannot read is a bad row at load time (the task's `on_bad_row` policy),
+never a prompt on which every response silently scores 0.
+"""
 
 from __future__ import annotations
 
@@ -37,3 +43,16 @@ class Verifier(Protocol):
 
         May raise or run long: the `RewardPool` turns both into reward 0 with an error."""
         ...
+
+
+@runtime_checkable
+class GoldChecker(Protocol):
+    def check_gold(self, example: TaskExample) -> str | None:
+        """None when responses to `example` can be judged against its answer, else why not
+        (naming the answer): e.g. math-verify cannot parse it, or code tests are not valid JSON."""
+        ...
+
+
+def gold_problem(verifier: object, example: TaskExample) -> str | None:
+    """`verifier.check_gold(example)` for verifiers that implement it; None for the others."""
+    return verifier.check_gold(example) if isinstance(verifier, GoldChecker) else None

@@ -19,6 +19,9 @@ that fails to run to completion — a crash, the wall-time or CPU limit, the mem
 over the limit, exiting early, leaving processes behind — gets reward 0 and an error saying
 which (with partial credit: only if no test passed). Without partial credit, stdin/stdout cases
 stop at the first failure. `total_timeout_s` bounds one verification over all its runs.
+
+An answer that is not one of the test formats above is a data problem: `check_gold` reports it
+when the prompts are loaded (a bad row "unparseable_answer"), and `verify` raises on it.
 """
 
 from __future__ import annotations
@@ -153,6 +156,15 @@ class CodeVerifier:
     @property
     def sandbox(self) -> Sandbox:
         return self._sandbox
+
+    def check_gold(self, example: TaskExample) -> str | None:
+        """None if the example's answer is a test spec this verifier runs, else why not
+        (`GoldChecker`)."""
+        try:
+            parse_tests(example.answer)
+        except ValueError as error:
+            return str(error)
+        return None
 
     def verify(self, response: str, example: TaskExample) -> VerifierResult:
         tests = parse_tests(example.answer)

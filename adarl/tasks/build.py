@@ -1,9 +1,21 @@
-"""Builders: `TaskConfig` (adarl/config/tasks.py) → prompt source and held-out examples."""
+"""Builders: `TaskConfig` (adarl/config/tasks.py) → prompt source and held-out examples.
+
+File sources are vetted by the task's verifier while loading (`check_gold`, adarl/reward/base.py):
+pass the run's verifier as `verifier=`; without one, the registered verifier `task.verifier` with
+default reward settings checks the answers. The held-out set of a file task is `task.test_path`,
+or `task.test_fraction` of `task.path` (`held_out_prompt_ids`), or none (an empty list).
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from collections.abc import Sequence
+
 from adarl.config.seeds import seed_or_default
 from adarl.config.tasks import ArithmeticConfig, TaskConfig
+from adarl.reward.base import Verifier, gold_problem
+from adarl.reward.registry import build_verifier
 from adarl.tasks.arithmetic import (
     DEFAULT_LEVELS,
     ArithmeticLevel,
@@ -29,7 +41,14 @@ def arithmetic_levels(config: ArithmeticConfig) -> tuple[ArithmeticLevel, ...]:
     )
 
 
-def _load(config: TaskConfig, path: str) -> LoadedExamples:
+@functools.cache
+def _default_verifier(name: str) -> Verifier:
+    # One per process and name: e.g. the math verifier's parsed-answer cache is built once.
+    return build_verifier(name)
+
+
+def _load(config: TaskConfig, path: str, verifier: Verifier | None) -> LoadedExamples:
+    checker = verifier if verifier is not None else _default_verifier(config.verifier_name)
     return load_examples(
         path,
         task=config.verifier_name,
@@ -44,11 +63,52 @@ def _load(config: TaskConfig, path: str) -> LoadedExamples:
         on_bad_row=config.on_bad_row,  # type: ignore[arg-type]
         max_prompt_chars=config.max_prompt_chars,
         split=config.split,
+        check_answer=lambda example: gold_problem(checker, example),
     )
 
 
-def build_prompt_source(config: TaskConfig) -> PromptSource:
-    """The training prompts of `config.source`, shuffled with `config.seed`."""
+def held_out_prompt_ids(
+    examples: Sequence[TaskExample], *, fraction: float, seed: int, source: str = "task.path"
+) -> set[str]:
+    """The ids of the `round(fraction * len(examples))` examples (at least one when fraction > 0)
+    with the smallest sha256 of (seed, prompt text).
+
+    A pure function of the prompts: the same in every run, and appending rows moves few prompts
+    across. Examples with the same prompt text share a hash, so they land on the same side (the
+    held-out set grows past the target when such a group straddles the cut) and a duplicated
+    prompt never leaks from training into evaluation.
+    """
+    if fraction <= 0:
+        return set()
+    keys = {
+        e.prompt_id: hashlib.sha256(f"{seed}\0{e.prompt}".encode()).hexdigest() for e in examples
+    }
+    target = max(1, round(fraction * len(examples)))
+    cut = sorted(keys.values())[min(target, len(keys)) - 1]
+    held = {prompt_id for prompt_id, key in keys.items() if key <= cut}
+    if len(held) >= len(examples):
+        raise ValueError(
+            f"task.test_fraction={fraction} holds out all {len(examples)} usable prompts of "
+            f"{source}: lower task.test_fraction, add prompts, or give task.test_path"
+        )
+    return held
+
+
+def _file_split(config: TaskConfig, verifier: Verifier | None) -> tuple[LoadedExamples, set[str]]:
+    """The training file, loaded, and the ids `task.test_fraction` holds out of it."""
+    assert config.path is not None  # validate() checked it
+    loaded = _load(config, config.path, verifier)
+    held = held_out_prompt_ids(
+        loaded.examples, fraction=config.test_fraction, seed=config.split_seed, source=config.path
+    )
+    return loaded, held
+
+
+def build_prompt_source(config: TaskConfig, *, verifier: Verifier | None = None) -> PromptSource:
+    """The training prompts of `config.source`, shuffled with `config.seed` (without the prompts
+    `task.test_fraction` holds out). `len(source)` is the number of distinct training prompts.
+    `verifier`: the task's verifier, which vets every answer of a file source (module docstring).
+    """
     config.validate()
     if config.source == "arithmetic":
         arithmetic = config.arithmetic
@@ -66,20 +126,22 @@ def build_prompt_source(config: TaskConfig) -> PromptSource:
             shuffle=config.shuffle,
             name="arithmetic",
         )
-    assert config.path is not None  # validate() checked it
-    loaded = _load(config, config.path)
+    loaded, held = _file_split(config, verifier)
     return PromptSource(
-        examples=loaded.examples,
+        examples=[e for e in loaded.examples if e.prompt_id not in held],
         seed=seed_or_default(config.seed),
         shuffle=config.shuffle,
-        name=config.path,
+        name=str(config.path),
         rows_skipped=loaded.rows_skipped,
     )
 
 
-def build_test_examples(config: TaskConfig) -> list[TaskExample]:
-    """The fixed held-out examples: the arithmetic test split, or `config.test_path` (empty
-    when a file task has no `test_path`)."""
+def build_test_examples(
+    config: TaskConfig, *, verifier: Verifier | None = None
+) -> list[TaskExample]:
+    """The fixed held-out examples: the arithmetic test split, `config.test_path`, or the part of
+    `config.path` that `config.test_fraction` holds out (in file order); an empty list when a
+    file task has neither (no held-out set: report none, not an accuracy of 0)."""
     config.validate()
     if config.source == "arithmetic":
         arithmetic = config.arithmetic
@@ -90,6 +152,9 @@ def build_test_examples(config: TaskConfig) -> list[TaskExample]:
             split_seed=arithmetic.split_seed,
             test_fraction=arithmetic.test_fraction,
         )
-    if config.test_path is None:
+    if config.test_path is not None:
+        return _load(config, config.test_path, verifier).examples
+    if config.test_fraction <= 0:
         return []
-    return _load(config, config.test_path).examples
+    loaded, held = _file_split(config, verifier)
+    return [e for e in loaded.examples if e.prompt_id in held]

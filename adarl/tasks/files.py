@@ -7,6 +7,11 @@ dotted reading. Every row is validated while loading; a bad row either stops the
 (`on_bad_row="error"`), or is dropped and counted per problem (`on_bad_row="skip"`; the counts
 reach the source's metrics as `sampling/data_rows_skipped_<problem>`).
 
+The answer is also checked by the task's verifier when the loader is given one
+(`check_answer`, e.g. `MathVerifier.check_gold`): an answer the verifier cannot read (math-verify
+cannot parse it, code tests are not valid JSON) is the bad-row problem "unparseable_answer", not
+a prompt on which every response silently scores 0.
+
 Rows are numbered as a person looking at the file would: JSON Lines by 1-based line number,
 Parquet and `datasets` by 0-based row index. Default prompt ids are `<file name>:<that number>`.
 
@@ -20,7 +25,7 @@ import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 FileFormat = Literal["jsonl", "parquet", "datasets", "auto"]
 OnBadRow = Literal["error", "skip"]
+# Why the task's verifier cannot judge responses against an example's answer (None: it can).
+AnswerCheck = Callable[[TaskExample], "str | None"]
 _BATCH_ROWS = 4096
 
 # What to change for each problem (config keys of adarl/config/tasks.py).
@@ -48,6 +55,8 @@ _FIX_HINTS: dict[str, str] = {
     "bad_difficulty": "point task.fields.difficulty at a numeric column",
     "missing_id": "fill in the id or point task.fields.id at the id column",
     "duplicate_id": "make ids unique or point task.fields.id at a unique column (or unset it)",
+    "unparseable_answer": "fix the answer so that the task's verifier (task.verifier) can read "
+    "it, or point task.fields.answer at the column it should read",
 }
 
 
@@ -278,8 +287,10 @@ def load_examples(
     on_bad_row: OnBadRow = "error",
     max_prompt_chars: int = 8192,
     split: str | None = None,
+    check_answer: AnswerCheck | None = None,
 ) -> LoadedExamples:
-    """Read and validate every row of a local prompt file; `task` names the verifier."""
+    """Read and validate every row of a local prompt file; `task` names the verifier, and
+    `check_answer` (its `check_gold`, if any) vets each row's answer."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"prompt file {path} does not exist; check task.path")
@@ -311,6 +322,10 @@ def load_examples(
             )
             if example.prompt_id in seen_ids:
                 raise _Problem("duplicate_id", f"prompt id {example.prompt_id!r} appeared before")
+            if check_answer is not None:
+                unreadable = check_answer(example)
+                if unreadable is not None:
+                    raise _Problem("unparseable_answer", f"task.verifier={task!r}: {unreadable}")
         except _Problem as problem:  # the documented skip-and-count, or a named error
             error = BadRowError(str(path), label, problem.problem, problem.detail)
             if on_bad_row == "error":
@@ -341,6 +356,7 @@ def file_prompt_source(
     on_bad_row: OnBadRow = "error",
     max_prompt_chars: int = 8192,
     split: str | None = None,
+    check_answer: AnswerCheck | None = None,
 ) -> PromptSource:
     loaded = load_examples(
         path,
@@ -350,6 +366,7 @@ def file_prompt_source(
         on_bad_row=on_bad_row,
         max_prompt_chars=max_prompt_chars,
         split=split,
+        check_answer=check_answer,
     )
     return PromptSource(
         examples=loaded.examples,

@@ -99,3 +99,24 @@ def test_math_refuses_huge_responses_and_unparseable_gold(math_verifier: MathVer
     assert result.reward == 0.0 and "max_answer_chars" in (result.error or "")
     with pytest.raises(ValueError, match="cannot parse the example's answer"):
         math_verifier.verify("\\boxed{1}", example("$$", "math"))
+
+
+def test_check_gold_says_which_answers_a_verifier_cannot_read(math_verifier: MathVerifier) -> None:
+    from adarl.reward.base import GoldChecker, gold_problem
+    from adarl.reward.code_verifier import CodeVerifier
+
+    assert math_verifier.check_gold(example("\\frac{1}{2}", "math")) is None
+    for unreadable in ("$$", "\\text{}", "\\boxed{}"):
+        problem = math_verifier.check_gold(example(unreadable, "math"))
+        assert problem == f"math-verify finds no expression in the answer {unreadable!r}"
+
+    code = CodeVerifier(isolation="python")
+    stdio = '{"stdio": [{"input": "", "output": "ok\\n"}]}'
+    assert code.check_gold(example(stdio, "code")) is None
+    assert "not JSON tests" in (code.check_gold(example("print(1)", "code")) or "")
+    assert "'fn_name'" in (code.check_gold(example('{"fn_name": "f"}', "code")) or "")
+
+    # Exact match reads any answer: it implements no check, and gold_problem says "fine".
+    assert not isinstance(ExactMatchVerifier(), GoldChecker)
+    assert gold_problem(ExactMatchVerifier(), example("anything")) is None
+    assert gold_problem(math_verifier, example("$$", "math")) is not None

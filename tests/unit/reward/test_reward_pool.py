@@ -116,3 +116,25 @@ def test_examples_by_prompt_id_and_dispatch_by_task() -> None:
 def test_single_verifier_scores_examples_without_a_task_name() -> None:
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}) as pool:
         assert pool.score([rollout("3")], [example("3", task="")])[0].reward == 1.0
+
+
+def test_a_real_verifier_that_raises_is_counted_per_window() -> None:
+    # A math example whose answer math-verify cannot parse (loading normally refuses it as a bad
+    # row): every response raises inside MathVerifier.verify and is counted as an exception.
+    from adarl.reward.math_verifier import MathVerifier
+
+    bad, good = example("$$", task="math", prompt_id="bad"), example("2", task="math")
+    with RewardPool(verifiers={"math": MathVerifier()}, num_workers=2) as pool:
+        pool.metrics()  # open the window
+        scored = pool.score(
+            [rollout("\\boxed{2}", "bad"), rollout("\\boxed{2}"), rollout("\\boxed{2}", "bad")],
+            [bad, good, bad],
+        )
+        window = pool.metrics()
+        pool.score([rollout("\\boxed{2}")], [good])
+        next_window = pool.metrics()
+    assert [s.reward for s in scored] == [0.0, 1.0, 0.0]
+    assert "cannot parse the example's answer '$$'" in (scored[0].reward_error or "")
+    assert window["sampling/reward_verifier_exceptions"] == 2.0
+    assert window["sampling/reward_responses"] == 3.0
+    assert next_window["sampling/reward_verifier_exceptions"] == 0.0  # counts do not carry over

@@ -88,3 +88,147 @@ def test_schemas_compose_under_omegaconf() -> None:
     assert len(build_prompt_source(config)) == 20
     with pytest.raises(Exception, match="bogus"):
         OmegaConf.merge(OmegaConf.structured(RewardConfig), {"code": {"bogus": 1}})
+
+
+# ---------------------------------------------------------------------------------------------
+# answers the task's verifier cannot read are bad rows at load time
+
+
+def math_rows(answers: list[str]) -> str:
+    return "".join(json.dumps({"q": f"q{i}", "a": a}) + "\n" for i, a in enumerate(answers))
+
+
+def test_a_math_answer_math_verify_cannot_parse_is_a_bad_row(tmp_path: Path) -> None:
+    path = tmp_path / "math.jsonl"
+    path.write_text(math_rows(["\\frac{1}{2}", "$$", "42", "\\text{}", "\\boxed{}"]))
+    config = TaskConfig(
+        source="jsonl", verifier="math", path=str(path), fields=FieldsConfig(prompt="q", answer="a")
+    )
+    with pytest.raises(BadRowError) as error:
+        build_prompt_source(config)
+    message = str(error.value)
+    assert message.startswith(f"{path}, line 2: unparseable_answer: task.verifier='math'")
+    assert "'$$'" in message and "task.fields.answer" in message and "on_bad_row=skip" in message
+
+    config.on_bad_row = "skip"
+    source = build_prompt_source(config)
+    assert [e.answer for e in source.examples] == ["\\frac{1}{2}", "42"]
+    metrics = source.metrics()
+    assert metrics["sampling/data_rows_skipped_unparseable_answer"] == 3.0
+    assert metrics["sampling/data_rows_skipped"] == 3.0
+
+
+def test_held_out_answers_are_checked_too_with_the_verifier_given(tmp_path: Path) -> None:
+    from adarl.reward.math_verifier import MathVerifier
+
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text(math_rows(["1", "2"]))
+    test.write_text(math_rows(["3", "$$"]))
+    config = TaskConfig(
+        source="jsonl",
+        verifier="math",
+        path=str(train),
+        test_path=str(test),
+        fields=FieldsConfig(prompt="q", answer="a"),
+        on_bad_row="skip",
+    )
+    assert [e.answer for e in build_test_examples(config, verifier=MathVerifier())] == ["3"]
+
+
+def test_code_tests_that_are_not_a_test_spec_are_bad_rows(tmp_path: Path) -> None:
+    path = tmp_path / "code.jsonl"
+    good = json.dumps({"stdio": [{"input": "1\n", "output": "1\n"}]})
+    path.write_text(math_rows([good, "not json", json.dumps({"fn_name": "f"})]))
+    config = TaskConfig(
+        source="jsonl",
+        verifier="code",
+        path=str(path),
+        fields=FieldsConfig(prompt="q", answer="a"),
+        on_bad_row="skip",
+    )
+    source = build_prompt_source(config)
+    assert [e.answer for e in source.examples] == [good]
+    assert source.metrics()["sampling/data_rows_skipped_unparseable_answer"] == 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# task.test_fraction: a held-out set carved out of the training file
+
+
+def fraction_config(path: Path, fraction: float, **overrides: object) -> TaskConfig:
+    config = TaskConfig(
+        source="jsonl",
+        verifier="arithmetic",
+        path=str(path),
+        fields=FieldsConfig(prompt="q", answer="a"),
+        test_fraction=fraction,
+    )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def write_sums(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"q": f"{i}+1=", "a": str(i + 1)}) + "\n" for i in range(n)))
+    return path
+
+
+def test_test_fraction_holds_out_a_stable_disjoint_part_of_the_training_file(
+    tmp_path: Path,
+) -> None:
+    config = fraction_config(write_sums(tmp_path / "sums.jsonl", 200), 0.1)
+    train = {e.prompt_id for e in build_prompt_source(config).examples}
+    test = [e.prompt_id for e in build_test_examples(config)]
+    assert len(test) == 20 and len(set(test)) == 20  # round(0.1 x 200)
+    assert train.isdisjoint(test) and len(train) + len(test) == 200
+    # The same split in every run, and whatever the root seed derives for task.seed.
+    again = fraction_config(Path(config.path or ""), 0.1, seed=12345)
+    assert [e.prompt_id for e in build_test_examples(again)] == test
+    assert {e.prompt_id for e in build_prompt_source(again).examples} == train
+    # split_seed picks another split.
+    other = fraction_config(Path(config.path or ""), 0.1, split_seed=1)
+    assert set(e.prompt_id for e in build_test_examples(other)) != set(test)
+
+
+def test_appending_rows_keeps_held_out_prompts_held_out(tmp_path: Path) -> None:
+    small = build_test_examples(fraction_config(write_sums(tmp_path / "a.jsonl", 100), 0.2))
+    large = build_test_examples(fraction_config(write_sums(tmp_path / "b.jsonl", 150), 0.2))
+    # Selection is by prompt text: growing the file only adds prompts to the held-out set.
+    assert {e.prompt for e in small} <= {e.prompt for e in large}
+
+
+def test_duplicate_prompts_never_straddle_the_split(tmp_path: Path) -> None:
+    path = tmp_path / "dups.jsonl"
+    path.write_text(
+        "".join(json.dumps({"q": f"{i % 10}+1=", "a": str(i % 10 + 1)}) + "\n" for i in range(60))
+    )
+    config = fraction_config(path, 0.25)
+    held = {e.prompt for e in build_test_examples(config)}
+    trained = {e.prompt for e in build_prompt_source(config).examples}
+    assert held and trained and held.isdisjoint(trained)
+
+
+def test_no_held_out_set_is_an_empty_list_and_too_large_a_fraction_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = write_sums(tmp_path / "sums.jsonl", 3)
+    assert build_test_examples(fraction_config(path, 0.0)) == []
+    assert len(build_prompt_source(fraction_config(path, 0.0))) == 3
+    with pytest.raises(ValueError, match=r"task\.test_fraction=0\.9 holds out all 3"):
+        build_prompt_source(fraction_config(path, 0.9))
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (TaskConfig(test_fraction=0.1), "the arithmetic task holds out task.arithmetic"),
+        (TaskConfig(source="jsonl", verifier="math", path="x", test_fraction=1.0), r"\[0, 1\)"),
+        (
+            TaskConfig(source="jsonl", verifier="math", path="x", test_path="y", test_fraction=0.1),
+            "set one of them",
+        ),
+    ],
+)
+def test_test_fraction_validation_names_the_keys(config: TaskConfig, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        config.validate()
