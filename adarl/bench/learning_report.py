@@ -375,7 +375,7 @@ class ReportData:
         return cls.from_json(json.loads(path.read_text()))
 
 
-def _para(text: str, *, indent: str = "") -> str:
+def paragraph(text: str, *, indent: str = "") -> str:
     """A generated paragraph wrapped at 100 columns like the rest of docs/benchmarks.md
     (`indent` for the continuation lines of a list item)."""
     return textwrap.fill(
@@ -572,7 +572,7 @@ def losses_explained(records: Sequence[RunRecord], best: str) -> str:
         else:
             cause = "each mixed group it trains buys less accuracy"
         bullets.append(
-            _para(
+            paragraph(
                 f"* **{arm}** ({said} against {best}): {cause}. Mixed groups per 1,000 "
                 f"rollouts {d.mixed_per_1k_rollouts:.1f} vs {ref.mixed_per_1k_rollouts:.1f} "
                 f"({signal_ratio:.2f}×); accuracy points per 1,000 mixed groups "
@@ -897,8 +897,8 @@ def docs_section(data: ReportData, figures: Mapping[str, Path], docs_path: Path)
             f"rollouts than GRPO-best): {'met' if met else 'not met'}: ada_seq_balance is "
             f"{said} against {best}." + ("" if met else " Why: see the diagnosis below.")
         )
-        target_line = _para(target) + "\n\n"
-    intro = _para(
+        target_line = paragraph(target) + "\n\n"
+    intro = paragraph(
         f"`{data.command}` ({setting['name']} setting: arms {', '.join(setting['arms'])}; "
         f"seeds {', '.join(map(str, seeds))}; {_count(setting['max_rollouts'])} training "
         f"rollouts per run; evaluation every {_count(setting['eval_every_rollouts'])} rollouts "
@@ -912,7 +912,7 @@ def docs_section(data: ReportData, figures: Mapping[str, Path], docs_path: Path)
 
 {intro}
 
-{_para(setting["why"])}
+{paragraph(setting["why"])}
 
 Spread = sample standard deviation over seeds (n − 1). A difference smaller than the larger of
 the two spreads is a **tie**. GRPO-best = the GRPO arm with the highest mean final accuracy

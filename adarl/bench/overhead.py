@@ -24,6 +24,8 @@ docs/benchmarks.md with `--write-docs`.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shlex
 import statistics
 import sys
@@ -41,9 +43,10 @@ from adarl.bench.learning import (
     prepare_run_dir,
     run_subprocess,
 )
-from adarl.bench.learning_report import overhead_share, write_docs_section
+from adarl.bench.learning_report import overhead_share, paragraph, write_docs_section
 
 SECTION_TITLE = "## Overhead"
+LOAD_FILE = "bench_load.json"  # the machine's load average while the run ran
 TARGET_SHARE = 0.03
 WORK = ("rollout_wait", "reward", "train", "weight_sync")
 OVERHEAD_PARTS = ("allocator", "dispatch", "batch", "data")
@@ -65,6 +68,8 @@ class Overhead:
     steps: int  # steps measured (after the warm-up)
     seconds: dict[str, float]  # Σ over measured steps, by part (LABELS keys and "step")
     per_step_share: list[float]  # each measured step's overhead share
+    rollouts_per_step: float  # mean sampling/rollouts of the measured steps
+    requests_per_step: float  # mean sampling/requests (engine requests the allocator made)
 
     @property
     def share(self) -> float:
@@ -96,7 +101,13 @@ def measure_overhead(rows: Sequence[Mapping[str, Any]], *, warmup_steps: int) ->
         step_s = float(row["timing/step_s"])
         work = sum(float(row.get(f"timing/{k}_s", 0.0)) for k in WORK)
         per_step.append((step_s - work) / step_s if step_s > 0 else 0.0)
-    return Overhead(steps=len(steps), seconds=seconds, per_step_share=per_step)
+    return Overhead(
+        steps=len(steps),
+        seconds=seconds,
+        per_step_share=per_step,
+        rollouts_per_step=statistics.mean(float(r.get("sampling/rollouts", 0.0)) for r in steps),
+        requests_per_step=statistics.mean(float(r.get("sampling/requests", 0.0)) for r in steps),
+    )
 
 
 def overhead_table(overhead: Overhead) -> str:
@@ -115,21 +126,33 @@ def docs_section(overhead: Overhead, *, command: str, run_detail: str) -> str:
     share = overhead.share
     verdict = "met" if share <= TARGET_SHARE else "not met"
     per_step = overhead.per_step_share
+    largest = max((*OVERHEAD_PARTS, "rest"), key=lambda name: overhead.seconds[name])
+    intro = paragraph(
+        f"`{command}` ({run_detail}). Each training step's wall time `timing/step_s` (the "
+        "driver's whole step; evaluation, logging and checkpoints are outside it) is split into "
+        "the work (generation = the driver blocked waiting for engines, reward, learner, weight "
+        "sync) and the orchestration overhead (everything else: allocator calls, building and "
+        "submitting requests, the train batch, prompt draws, the driver's loop):"
+    )
+    result = paragraph(
+        f"**Overhead share: {100 * share:.2f}%** (target ≤ {100 * TARGET_SHARE:.0f}%: "
+        f"{verdict}); per step: median {100 * statistics.median(per_step):.2f}%, max "
+        f"{100 * max(per_step):.2f}%. The largest part outside the work is "
+        f"{LABELS[largest]}: {100 * overhead.seconds[largest] / overhead.seconds['step']:.2f}% "
+        f"of step time, {overhead.seconds[largest] / overhead.steps:.4f} s per step, for steps "
+        f"of {overhead.rollouts_per_step:.0f} rollouts in {overhead.requests_per_step:.0f} "
+        "engine requests."
+    )
     return f"""{SECTION_TITLE}
 
-`{command}` ({run_detail}). Each training step's wall time `timing/step_s` (the driver's whole
-step; evaluation, logging and checkpoints are outside it) is split into the work (generation =
-the driver blocked waiting for engines, reward, learner, weight sync) and the orchestration
-overhead (everything else: allocator calls, building and submitting requests, the train batch,
-prompt draws, the driver's loop):
+{intro}
 
     overhead share = Σ (step_s − rollout_wait_s − reward_s − train_s − weight_sync_s) / Σ step_s
 
 over {overhead.steps} steps after the warm-up.
 
 {overhead_table(overhead)}
-**Overhead share: {100 * share:.2f}%** (target ≤ {100 * TARGET_SHARE:.0f}%: {verdict}); per
-step: median {100 * statistics.median(per_step):.2f}%, max {100 * max(per_step):.2f}%.
+{result}
 """
 
 
@@ -182,22 +205,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             "logger.progress_bar=false",
             f"hydra.run.dir={run_dir.resolve()}",
         ]
+        load_file = run_dir / LOAD_FILE
         if prepare_run_dir(run_dir, overrides) is not RunState.DONE:
+            # Other processes on the cores slow the allocator's round trips: record the load.
+            loads: list[float] = []
             code = run_subprocess(
                 launch_command(overrides),
                 log_path=run_dir / CONSOLE_LOG,
                 env=launch_env(),
-                on_poll=lambda: None,
+                on_poll=lambda: loads.append(os.getloadavg()[0]),
             )
             if code != 0:
                 raise SystemExit(
                     f"the embedded-default run failed (exit code {code}); see "
                     f"{run_dir / CONSOLE_LOG}"
                 )
+            if loads:
+                load_file.write_text(json.dumps({"mean_load_1min": statistics.mean(loads)}))
         detail = (
             f"the embedded default, {args.steps} steps, steps 1-{args.warmup_steps} not "
-            f"measured: {shlex.join(['python', '-m', 'adarl.launch', *overrides[:3]])}"
+            f"measured: `{shlex.join(['python', '-m', 'adarl.launch', *overrides[:3]])}`; "
+            f"{os.cpu_count()} CPU cores"
         )
+        if load_file.exists():
+            load = json.loads(load_file.read_text())["mean_load_1min"]
+            detail += f", mean 1-minute load average {load:.1f} during the run"
     overhead = measure_overhead(
         read_metrics_jsonl(run_dir / "metrics.jsonl"), warmup_steps=args.warmup_steps
     )

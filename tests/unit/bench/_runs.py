@@ -44,6 +44,7 @@ def write_run(
         for step in range(1, steps + 1):
             row: dict[str, float] = {
                 "sampling/rollouts": float(rollouts_per_step),
+                "sampling/requests": float(rollouts_per_step // 4),
                 "sampling/tokens": float(rollouts_per_step * tokens_per_rollout),
                 "signal/mixed_group_fraction": mixed_fraction,
                 "signal/groups_trained": float(groups),
