@@ -14,6 +14,7 @@ from collections.abc import Sequence
 BENCHMARKS: dict[str, str] = {
     "rollout": "adarl.bench.rollout",  # engine samples/s and tokens/s, base-policy pass rates
     "learner": "adarl.bench.learner",  # learner steps per ZeRO stage, weight-sync cost
+    "memory": "adarl.bench.memory",  # learner peak memory at long lengths, full vs chunked logits
     "sampler": "adarl.bench.sampler",  # streaming sequential sampling vs rounds vs uniform
     "learning": "adarl.bench.learning",  # accuracy per rollout / token / second, arms × seeds
     "overhead": "adarl.bench.overhead",  # share of step time outside the real work

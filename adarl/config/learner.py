@@ -23,9 +23,10 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
         of its own.
     logprob_chunk_tokens: scored tokens per chunk of the output head. Log-probs and entropy are
         computed only at response positions, this many at a time under activation
-        checkpointing, so the logits never exist as a [B, T, V] tensor: peak memory of the head
-        is about 4 × logprob_chunk_tokens × vocabulary × 4 bytes (1024 × 152k ≈ 2.5 GB; lower
-        it for large vocabularies on small GPUs). Results do not depend on it.
+        checkpointing, so the logits never exist as a [B, T, V] tensor: the head's memory grows
+        by about 2 × logprob_chunk_tokens × vocabulary × 4 bytes (measured, docs/benchmarks.md
+        "Learner memory"; 1024 × 152k ≈ 1.2 GB: lower it for large vocabularies on small GPUs).
+        Results do not depend on it.
     activation_checkpointing: recompute each transformer layer's activations in backward
         instead of keeping them (HF gradient checkpointing, non-reentrant): memory per layer
         falls from all its activations to its input, at about one extra forward of compute.

@@ -1,0 +1,41 @@
+"""`python -m adarl.bench memory` end to end at toy sizes: it measures and keeps other sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adarl.bench.__main__ import main as bench_main
+from adarl.bench.memory import replace_section
+
+SECTION = "## Learner memory\n\nnew\n"
+
+
+def test_only_the_memory_section_is_replaced() -> None:
+    document = "# B\n\n## Learner\n\nl\n\n## Learner memory\n\nold\n\n## Rollout\n\nr\n"
+    assert replace_section(document, SECTION) == (
+        "# B\n\n## Learner\n\nl\n\n## Learner memory\n\nnew\n\n## Rollout\n\nr\n"
+    )
+    assert replace_section("# B\n\n## Learner\n\nl\n", SECTION) == (
+        "# B\n\n## Learner\n\nl\n\n## Learner memory\n\nnew\n"
+    )
+
+
+@pytest.mark.slow
+def test_memory_bench_measures_every_variant(tmp_path: Path) -> None:
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n## Learner\n\nkeep me\n")
+    argv = [
+        "memory",
+        "--tokens", "256", "--prompt-tokens", "32", "--vocab", "512", "--hidden", "64",
+        "--chunk-tokens", "100", "--write-docs", str(docs),
+    ]  # fmt: skip
+    assert bench_main(argv) == 0
+    text = docs.read_text()
+    assert "keep me" in text and text.index("## Learner\n") < text.index("## Learner memory")
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ")][1:]
+    assert [row[0] for row in rows] == ["| full-logits", "| chunked", "| chunked+ac"]
+    # Exact: every variant reports the same loss and gradient norm.
+    assert len({(row[-2], row[-1]) for row in rows}) == 1
+    assert all(float(row[1].replace(",", "")) > 0 for row in rows)
