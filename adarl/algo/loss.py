@@ -34,6 +34,10 @@ before the learner and arrives as a per-token weight `A_t` and a response mask `
 * H — the per-token entropy of π_θ's next-token distribution (computed by the caller from
   logits, with gradient when η ≠ 0).
 
+Every policy here (π_θ, μ, π_old, π_ref) is a distribution at the rollouts' sampling
+temperature T, softmax(logits / T): the engines report log μ at T and the learner computes
+log π_θ, log π_ref and H at the same T (adarl/rollout/common.py, adarl/learner/logprobs.py).
+
 Aggregation (`Agg`) over the tokens where m_t = 1, with N_tok the number of response tokens and
 N_seq the number of sequences **in the whole training batch** (all data-parallel ranks, all
 micro-batches), and L_b the response length of sequence b:

@@ -359,10 +359,11 @@ def docs_section(reports: Sequence[EngineReport], *, command: str, machine: str,
         lines.append(f"| `{level}` | {count} | {mean:.2f} | {zero:.2f} | {one:.2f} |")
     lines += [
         "",
-        "Log-probabilities returned with samples are the raw policy's (temperature 1, before "
-        "top-k/top-p) for both engines; the contract tests (tests/component/rollout/) check them "
-        "against a teacher-forced forward pass to 1e-4 (measured max difference ≈ 2e-6, "
-        "float32).",
+        "Log-probabilities returned with samples are those of the distribution that drew each "
+        "token (softmax(logits / T), renormalised after top-k/top-p when set) for both engines; "
+        "the contract tests (tests/component/rollout/) check them against a teacher-forced "
+        "forward pass of that distribution to 1e-4 (measured max difference a few 1e-6, "
+        "float32), and at T = 0.7 against the learner's own log-probs.",
         "",
     ]
     return "\n".join(lines)
