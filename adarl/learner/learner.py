@@ -296,8 +296,9 @@ class Learner:
         # Building it partitioned from the start (transformers' HfDeepSpeedConfig) would need the
         # `accelerate` package, which adarl does not depend on; host memory for one full copy per
         # rank is the price. Loaded in the training precision: DeepSpeed's bf16 mode casts the
-        # module to bf16 before it makes the fp32 master copies, so loading fp32 first would only
-        # cost a transient fp32 copy per rank.
+        # parameters to bf16 (buffers such as rotary inv_freq stay fp32, as they do in a bf16
+        # load) before it makes its fp32 master copies, so an fp32 load would only cost a
+        # transient fp32 copy per rank.
         dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         # Evaluation mode: no dropout, so the learner's log-probs are the engines' policy.
