@@ -297,9 +297,8 @@ def run_subprocess(
     """Run `command` with its output appended to `log_path`, calling `on_poll` every `poll_s`.
 
     The child runs in its own session, so a Ctrl-C in the terminal reaches only this process;
-    on Ctrl-C, SIGTERM or SIGHUP this process sends SIGINT to the child's process group (the
-    launcher then shuts Ray and the engines down), waits for it, and re-raises: no run is left
-    orphaned to compete for the cores with the next invocation.
+    on Ctrl-C, SIGTERM or SIGHUP this process stops the child (`_stop`), waits for it, and
+    re-raises: no run is left orphaned to compete for the cores with the next invocation.
     """
     with log_path.open("a", encoding="utf-8") as log, _signals_raise():
         log.write(f"\n$ {shlex.join(command)}\n")
@@ -310,6 +309,9 @@ def run_subprocess(
             stderr=subprocess.STDOUT,
             env=dict(env),
             start_new_session=True,
+            # A harness started in the background (`&`, nohup) ignores SIGINT and a child would
+            # inherit that: the launcher could then not be interrupted cleanly.
+            preexec_fn=_default_sigint,
         )
         try:
             while True:
@@ -340,15 +342,26 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stop(process: subprocess.Popen[bytes], *, grace_s: float = 30.0) -> None:
+    """SIGINT (the launcher closes its session: engines, learners, Ray), then SIGTERM to the
+    process group (Ray's daemons run in it; actors die with them), then SIGKILL."""
+    for sig, wait_s in (
+        (signal.SIGINT, grace_s),
+        (signal.SIGTERM, grace_s),
+        (signal.SIGKILL, None),
+    ):
+        if process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def run_comparison(

@@ -37,7 +37,7 @@ AXIS_LABELS: dict[str, str] = {
     "step": "training steps",
     "rollouts": "training rollouts",
     "tokens": "generated tokens",
-    "wall_s": "wall time since the first step (s; includes evaluations)",
+    "wall_s": "training wall time (s: steps, evaluations, checkpoints)",
 }
 GRID_POINTS = 60
 
@@ -108,7 +108,13 @@ def _rounded(value: Any) -> Any:
 def record_from_rows(
     rows: Sequence[Mapping[str, Any]], *, arm: str, experiment: str, seed: int
 ) -> RunRecord:
-    """Extract a `RunRecord` from a run's `metrics.jsonl` rows (step 0 = the base evaluation)."""
+    """Extract a `RunRecord` from a run's `metrics.jsonl` rows (step 0 = the base evaluation).
+
+    An evaluation's wall time is the training clock when it started: the sum of the earlier
+    steps' `timing/step_s`, evaluations and checkpoints, plus its own step. Start-up is left out
+    (every arm pays it alike), and so is the work a crash threw away: a resumed run's metrics
+    are truncated to its checkpoint, so the clock is what the finished run really needed.
+    """
     evals: list[EvalPoint] = []
     mixed: list[float] = []
     totals = {"rollouts": 0.0, "tokens": 0.0, "groups": 0.0, "mixed": 0.0}
@@ -118,6 +124,7 @@ def record_from_rows(
     rollouts_by_bin = dict.fromkeys(PASS_RATE_BINS, 0.0)
     timing: dict[str, float] = {}
     steps = 0
+    clock_s = 0.0
     for row in rows:
         step = int(row["step"])
         if step > 0:
@@ -140,6 +147,7 @@ def record_from_rows(
                 if key.startswith("timing/") and key.endswith("_s"):
                     name = key.removeprefix("timing/").removesuffix("_s")
                     timing[name] = timing.get(name, 0.0) + float(value)
+            clock_s += float(row.get("timing/step_s", 0.0))
         else:
             # Start-up and the base evaluation: excluded from the training wall time.
             start_up_s = float(row.get("timing/build_s", 0.0)) + float(
@@ -147,13 +155,12 @@ def record_from_rows(
             )
         if "eval/accuracy" in row:
             greedy = row.get("eval/greedy_accuracy")
-            wall_s = float(row.get("perf/wall_s", start_up_s)) - start_up_s
             evals.append(
                 EvalPoint(
                     step=step,
                     rollouts=float(row.get("perf/rollouts_total", 0.0)),
                     tokens=float(row.get("perf/tokens_total", 0.0)),
-                    wall_s=max(0.0, wall_s) if step > 0 else 0.0,
+                    wall_s=clock_s if step > 0 else 0.0,
                     accuracy=float(row["eval/accuracy"]),
                     greedy_accuracy=None if greedy is None else float(greedy),
                     by_difficulty={
@@ -162,6 +169,10 @@ def record_from_rows(
                         if key.startswith("eval/accuracy_by_difficulty/")
                     },
                 )
+            )
+        if step > 0:
+            clock_s += float(row.get("timing/eval_s", 0.0)) + float(
+                row.get("timing/checkpoint_s", 0.0)
             )
     if not evals or evals[0].step != 0:
         raise ValueError(
@@ -919,9 +930,10 @@ the two spreads is a **tie**. GRPO-best = the GRPO arm with the highest mean fin
 (here **{best}**). Target, per seed: GRPO-best's final accuracy on that seed (paired: the same
 seed gives every arm the same prompt order and evaluation draws); "to target" is where the
 seed's accuracy curve, linearly interpolated between evaluations, first reaches it; an arm that
-misses it on any seed is "not reached (seeds reached / seeds)". Wall time counts from the end of
-start-up (build and base evaluation, which every arm pays alike) and includes the later
-evaluations and checkpoints; it was measured on a shared 2-core machine: read it as indicative.
+misses it on any seed is "not reached (seeds reached / seeds)". Wall time is the training clock:
+the sum of the steps' `timing/step_s`, evaluations and checkpoints (start-up, which every arm
+pays alike, and work lost to an interruption are left out); it was measured on a shared 2-core
+machine: read it as indicative.
 
 ### Headline
 

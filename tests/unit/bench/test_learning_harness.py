@@ -152,12 +152,17 @@ def test_run_subprocess_logs_the_command_and_its_output_and_returns_its_code(
     assert "$ " in text and "hello from the run" in text
 
 
-def test_a_terminated_harness_stops_its_run_instead_of_orphaning_it(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
+def test_a_terminated_harness_interrupts_its_run_instead_of_orphaning_it(
+    tmp_path: Path,
+) -> None:
+    pid_file, seen = tmp_path / "child.pid", tmp_path / "child.seen"
     child = (
         "import os, time\n"
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
-        "time.sleep(600)\n"  # a run that would outlive the harness
+        "try:\n"
+        "    time.sleep(600)\n"  # a run that would outlive the harness
+        "except KeyboardInterrupt:\n"  # the launcher's clean shutdown path
+        f"    open({str(seen)!r}, 'w').write('interrupted')\n"
     )
     sent = []
     handler_before = signal.getsignal(signal.SIGTERM)
@@ -167,15 +172,21 @@ def test_a_terminated_harness_stops_its_run_instead_of_orphaning_it(tmp_path: Pa
             sent.append(True)
             os.kill(os.getpid(), signal.SIGTERM)  # what `timeout` or a scheduler sends
 
-    with pytest.raises(SystemExit) as stopped:
-        run_subprocess(
-            [sys.executable, "-c", child],
-            log_path=tmp_path / "console.log",
-            env=dict(os.environ),
-            on_poll=terminate_once_started,
-            poll_s=0.05,
-        )
+    # A harness started with `&` or nohup ignores SIGINT; its run must still get a Ctrl-C.
+    sigint_before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            run_subprocess(
+                [sys.executable, "-c", child],
+                log_path=tmp_path / "console.log",
+                env=dict(os.environ),
+                on_poll=terminate_once_started,
+                poll_s=0.05,
+            )
+    finally:
+        signal.signal(signal.SIGINT, sigint_before)
     assert stopped.value.code == 128 + signal.SIGTERM
-    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
+    assert seen.read_text() == "interrupted"  # stopped through KeyboardInterrupt, not killed
+    with pytest.raises(ProcessLookupError):  # and reaped, not left running
         os.kill(int(pid_file.read_text()), 0)
     assert signal.getsignal(signal.SIGTERM) is handler_before  # the handler was restored

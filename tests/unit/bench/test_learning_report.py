@@ -177,10 +177,12 @@ def test_record_from_a_metrics_jsonl_sums_steps_and_keeps_every_evaluation(tmp_p
         by_difficulty={0: {"0": 0.5, "1": 0.0}, 4: {"0": 0.9, "1": 0.2}},
     )
     record = load_run(run, arm="a", experiment="ada_seq_balance", seed=3)
+    # Wall time is the training clock at each evaluation's start: 2 steps of 1 s; then the 0.5 s
+    # evaluation at step 2 and 2 more steps -> 4.5 s (perf/wall_s, 13 s + 2 s per step, is not it).
     assert [(e.step, e.rollouts, e.tokens, e.wall_s) for e in record.evals] == [
         (0, 0.0, 0.0, 0.0),
-        (2, 200.0, 1000.0, 4.0),
-        (4, 400.0, 2000.0, 8.0),
+        (2, 200.0, 1000.0, 2.0),
+        (4, 400.0, 2000.0, 4.5),
     ]
     assert [e.accuracy for e in record.evals] == [0.1, 0.2, 0.3]
     assert record.evals[-1].by_difficulty == {"0": 0.9, "1": 0.2}
@@ -191,7 +193,7 @@ def test_record_from_a_metrics_jsonl_sums_steps_and_keeps_every_evaluation(tmp_p
     # Per step: bin "0" has 2 prompts × 8 samples = 16 rollouts; over 4 steps 8 prompts, 64.
     assert record.prompts_by_bin["0"] == 8.0
     assert record.rollouts_by_bin["0"] == 64.0
-    assert record.timing_s == {"step": 4.0, "rollout_wait": 2.0}
+    assert record.timing_s == {"step": 4.0, "rollout_wait": 2.0, "eval": 1.0}
     assert record.start_up_s == 13.0  # wall time counts from the end of build + base eval
     # The JSON keeps everything, to six significant digits (0.1 + 0.1 + 0.1 is stored as 0.3).
     stored = RunRecord.from_json(record.to_json())
