@@ -589,10 +589,14 @@ def losses_explained(records: Sequence[RunRecord], best: str) -> str:
                 f"({signal_ratio:.2f}×); accuracy points per 1,000 mixed groups "
                 f"{d.gain_per_1k_mixed:.2f} vs {ref.gain_per_1k_mixed:.2f} "
                 f"({value_ratio:.2f}×). It drew {d.samples_per_prompt:.1f} samples per prompt "
-                f"({ref.samples_per_prompt:.1f}), {_pct(d.no_signal_share)} of its rollouts "
-                f"on prompts with p̃ ∈ {{0, 1}} ({_pct(ref.no_signal_share)}), and discarded "
-                f"{_maybe_pct(d.discarded_share)} of its rollouts "
-                f"({_maybe_pct(ref.discarded_share)}).",
+                f"(GRPO-best {ref.samples_per_prompt:.1f}) and spent {_pct(d.no_signal_share)} "
+                f"of its rollouts on prompts with p̃ ∈ {{0, 1}} ({_pct(ref.no_signal_share)})"
+                + (
+                    f"; it discarded {_pct(d.discarded_share)} of its rollouts untrained "
+                    f"({_maybe_pct(ref.discarded_share)})."
+                    if d.discarded_share is not None
+                    else "."
+                ),
                 indent="  ",
             )
         )
