@@ -491,8 +491,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote the Learning section of {args.docs} from {args.data}")
         return 0
 
-    setting = setting_from_args(args)
-    setting.validate()
+    try:
+        setting = setting_from_args(args)
+        setting.validate()
+    except ValueError as error:
+        parser.error(str(error))  # exits 2 with the message, no traceback
     results_dir = args.results_dir or Path("runs") / "bench_learning" / setting.name.split(",")[0]
     if args.dry_run:
         for label in setting.arms:

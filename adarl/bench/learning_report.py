@@ -980,4 +980,5 @@ def write_report(
     if data_path is not None:
         data.save(data_path)
     figures = plot_figures(data.runs, figures_dir)
+    docs_path.parent.mkdir(parents=True, exist_ok=True)
     write_docs_section(docs_path, SECTION_TITLE, docs_section(data, figures, docs_path))

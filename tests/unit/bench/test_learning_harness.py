@@ -190,3 +190,12 @@ def test_a_terminated_harness_interrupts_its_run_instead_of_orphaning_it(
     with pytest.raises(ProcessLookupError):  # and reaped, not left running
         os.kill(int(pid_file.read_text()), 0)
     assert signal.getsignal(signal.SIGTERM) is handler_before  # the handler was restored
+
+
+def test_the_command_line_refuses_a_comparison_without_grpo(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        learning.main(["--arms", "rloo", "--dry-run"])
+    assert refused.value.code == 2
+    assert "no GRPO arm" in capsys.readouterr().err
