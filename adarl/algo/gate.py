@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from adarl.algo.objectives import clip_pass_rate, get_objective
+from adarl.algo.stopping import StoppingRule
 
 
 def mixed_group_probability(p: np.ndarray | float, *, group_size: int) -> np.ndarray:
@@ -92,14 +93,17 @@ def _stopping_law(
     max_samples: int,
     round_size: int,
     first_positive: bool,
+    futility: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(probability [M+1, M+1], resolved [M+1, M+1]); with `first_positive` the mass is that of
-    Pr[stop at (N, N⁺) and the first sample was positive]."""
+    Pr[stop at (N, N⁺) and the first sample was positive]. One sample at a time (round_size 1)
+    the rule is `StoppingRule` (exit, cap, futility stop of mixed pools if `futility`); in
+    rounds it is checked after each round with no futility stop (the reference code)."""
     cap = max_samples
-    positives = np.arange(cap + 1)
-    resolved = np.stack(
-        [(positives >= k_pos) & (n - positives >= k_neg) & (positives <= n) for n in range(cap + 1)]
+    rule = StoppingRule(
+        k_pos=k_pos, k_neg=k_neg, max_samples=cap, futility=futility and round_size == 1
     )
+    stop, resolved = rule.stop_grid()
     probability = np.zeros((cap + 1, cap + 1))
     active = np.zeros(cap + 1)  # mass still sampling, by N⁺, after n draws
     n = 0
@@ -111,7 +115,7 @@ def _stopping_law(
     step = np.array([1.0 - p, p])
     while True:
         if n > 0 and (n % round_size == 0 or n == cap):  # the rule is checked after each round
-            stop_here = resolved[n] if n < cap else np.ones(cap + 1, dtype=bool)
+            stop_here = stop[n]
             probability[n] += np.where(stop_here, active, 0.0)
             active = np.where(stop_here, 0.0, active)
         if n >= cap or not active.any():
@@ -128,12 +132,14 @@ def terminal_counts(
     k_neg: int,
     max_samples: int,
     round_size: int = 1,
+    futility: bool = True,
 ) -> TerminalCounts:
     """Exact law of (N, N⁺) at stopping for "sample until N⁺ ≥ k⁺ and N⁻ ≥ k⁻, at most the cap".
 
-    Seq-Pos(k) is k_pos=k, k_neg=0; Seq-Balance is (k⁺, k⁻). Samples arrive in rounds of
-    `round_size` (the last round is truncated to the cap); the rule is checked after each round.
-    Dynamic programming over draws: O(cap²) numpy work.
+    Seq-Pos(k) is k_pos=k, k_neg=0; Seq-Balance is (k⁺, k⁻). One sample at a time the rule is
+    `adarl.algo.stopping.StoppingRule` (with its futility stop of mixed pools unless
+    `futility=False`); in rounds of `round_size` (the last truncated to the cap) it is checked
+    after each round. Dynamic programming over draws: O(cap²) numpy work.
     """
     _validate_rule(p, k_pos, k_neg, max_samples, round_size)
     probability, resolved = _stopping_law(
@@ -143,15 +149,24 @@ def terminal_counts(
         max_samples=max_samples,
         round_size=round_size,
         first_positive=False,
+        futility=futility,
     )
     return TerminalCounts(probability=probability, resolved=resolved)
 
 
 @lru_cache(maxsize=64)
-def _rao_blackwell_table(k_pos: int, k_neg: int, max_samples: int, round_size: int) -> np.ndarray:
+def _rao_blackwell_table(
+    k_pos: int, k_neg: int, max_samples: int, round_size: int, futility: bool
+) -> np.ndarray:
     # Pr[first draw positive | stop at (N, N⁺)] does not depend on p (both laws are
     # p^N⁺(1-p)^(N-N⁺) times a path count); p = 1/2 keeps every reachable cell well away from 0.
-    kwargs = {"k_pos": k_pos, "k_neg": k_neg, "max_samples": max_samples, "round_size": round_size}
+    kwargs = {
+        "k_pos": k_pos,
+        "k_neg": k_neg,
+        "max_samples": max_samples,
+        "round_size": round_size,
+        "futility": futility,
+    }
     total, _ = _stopping_law(0.5, first_positive=False, **kwargs)
     first, _ = _stopping_law(0.5, first_positive=True, **kwargs)
     table = np.full_like(total, np.nan)
@@ -169,6 +184,7 @@ def rao_blackwell_pass_rate(
     k_neg: int,
     max_samples: int,
     round_size: int = 1,
+    futility: bool = True,
 ) -> float:
     """Unbiased pass-rate estimate of a pool stopped by the rule: p̂ = Pr[r₁ = 1 | N, N⁺].
 
@@ -182,7 +198,7 @@ def rao_blackwell_pass_rate(
         raise ValueError(
             f"need 0 <= positives <= total <= max_samples (got {positives}, {total}, {max_samples})"
         )
-    value = _rao_blackwell_table(k_pos, k_neg, max_samples, round_size)[total, positives]
+    value = _rao_blackwell_table(k_pos, k_neg, max_samples, round_size, futility)[total, positives]
     if np.isnan(value):
         raise ValueError(
             f"(total={total}, positives={positives}) is not a stopping point of the rule "

@@ -17,7 +17,8 @@ the very advantage/selection functions that training uses. Closed forms (tested 
     grpo                                      w = E[K(n-K)/(n²(σ_K+ε))]/(p(1-p)) → 1/√(p(1-p))
     balanced n/2 + n/2, `none`, p known       w = 1/(2p(1-p)) - 1,  f = ½·logit p - p
     `selection` for f, p known                w = f'(p)·Pr[kept group has both labels]
-    `selection` for log, Rao–Blackwell p̂       the same: h = 1 - p is linear, E[1 - p̂] = 1 - p
+    `selection` for log, unbiased p̂            the same: h = 1 - p is linear, E[1 - p̂] = 1 - p
+    `selection` for log, unbiased p̂, Seq rules  w·p = 1 - (1-p)^(cap-1) (`log_gate`), any chunks
 
 With the pool estimate p̃ = N⁺/N there is no closed form; the numeric value is exact.
 """
@@ -37,10 +38,12 @@ from adarl.algo.advantages import (
     reinforce_baseline_advantages,
     rloo_advantages,
 )
+from adarl.algo.drawing import DrawRule, draw_law
 from adarl.algo.gate import rao_blackwell_pass_rate, terminal_counts
 from adarl.algo.selection import Correction, UnresolvedPolicy, downsample_and_correct
+from adarl.algo.stopping import StoppingRule
 
-PASS_RATE_ESTIMATES = ("pool", "known", "rao_blackwell")
+PASS_RATE_ESTIMATES = ("pool", "known", "unbiased")
 UNIFORM = ("grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est")
 SEQUENTIAL = ("seq_pos", "seq_balance", "fixed_pool")
 ESTIMATORS: tuple[str, ...] = UNIFORM + SEQUENTIAL
@@ -138,6 +141,9 @@ def _sequential_cells(
     round_size: int,
     unresolved_policy: UnresolvedPolicy | str,
     clip_delta: float,
+    max_overshoot_fraction: float | None,
+    initial_samples: int | None,
+    history: tuple[float, float],
 ) -> list[tuple[float, int, int, float, float]]:
     if max_samples is None:
         raise ValueError(f"estimator={estimator!r} needs max_samples (the per-prompt cap)")
@@ -149,8 +155,28 @@ def _sequential_cells(
         kp = group_size // 2 if k_pos is None else k_pos
         kn = group_size - group_size // 2 if k_neg is None else k_neg
         rule = {"k_pos": kp, "k_neg": kn, "max_samples": max_samples, "round_size": round_size}
+    selection: dict[str, object] = {
+        "group_size": group_size,
+        "unresolved_policy": unresolved_policy,
+        "correction": correction,
+        "objective": objective,
+        "alpha": alpha,
+        "clip_delta": clip_delta,
+    }
+    if estimator in ("seq_pos", "seq_balance") and max_overshoot_fraction is not None:
+        return _chunked_cells(
+            p,
+            rule=StoppingRule(
+                k_pos=rule["k_pos"], k_neg=rule["k_neg"], max_samples=rule["max_samples"]
+            ),
+            selection=selection,
+            pass_rate_estimate=pass_rate_estimate,
+            max_overshoot_fraction=max_overshoot_fraction,
+            initial_samples=initial_samples,
+            history=history,
+        )
     if estimator in ("seq_pos", "seq_balance"):
-        law = terminal_counts(p, **rule)
+        law = terminal_counts(p, **rule, futility=round_size == 1)
         probability, resolved = law.probability, law.resolved
     else:  # fixed_pool: N = max_samples uniform samples, always "resolved"
         size = max_samples
@@ -164,26 +190,92 @@ def _sequential_cells(
         pool = np.concatenate([np.ones(n_positive), np.zeros(n_total - n_positive)])
         if pass_rate_estimate == "known":
             pass_rate: float | None = p
-        elif pass_rate_estimate == "rao_blackwell" and estimator != "fixed_pool":
+        elif pass_rate_estimate == "unbiased" and estimator != "fixed_pool":
             pass_rate = rao_blackwell_pass_rate(
-                positives=int(n_positive), total=int(n_total), **rule
+                positives=int(n_positive), total=int(n_total), **rule, futility=round_size == 1
             )
         else:  # the pool mean; for a fixed-size pool it is already unbiased
             pass_rate = None
-        kept, adv = downsample_and_correct(
-            pool,
-            resolved=bool(resolved[n_total, n_positive]),
-            group_size=group_size,
-            unresolved_policy=unresolved_policy,
-            correction=correction,
-            objective=objective,
-            alpha=alpha,
-            pass_rate=pass_rate,
-            clip_delta=clip_delta,
-            order="earliest",  # any within-label order gives the same counts
+        cells.append(
+            _pool_cell(
+                float(probability[n_total, n_positive]),
+                pool,
+                resolved=bool(resolved[n_total, n_positive]),
+                pass_rate=pass_rate,
+                selection=selection,
+            )
         )
-        cells.append((float(probability[n_total, n_positive]), *_split(pool[kept] > 0.5, adv)))
     return cells
+
+
+def _pool_cell(
+    probability: float,
+    pool: np.ndarray,
+    *,
+    resolved: bool,
+    pass_rate: float | None,
+    selection: dict[str, object],
+) -> tuple[float, int, int, float, float]:
+    """(prob, n⁺, n⁻, A⁺, A⁻) of one pool: the very downsample and correction training uses."""
+    kept, adv = downsample_and_correct(
+        pool,
+        resolved=resolved,
+        pass_rate=pass_rate,
+        order="earliest",  # any within-label order gives the same counts
+        **selection,  # type: ignore[arg-type]
+    )
+    return (probability, *_split(pool[kept] > 0.5, adv))
+
+
+def _chunked_cells(
+    p: float,
+    *,
+    rule: StoppingRule,
+    selection: dict[str, object],
+    pass_rate_estimate: str,
+    max_overshoot_fraction: float,
+    initial_samples: int | None,
+    history: tuple[float, float],
+) -> list[tuple[float, int, int, float, float]]:
+    """Cells of a streaming sampler's pools: the exact law of its chunked draws (`draw_law`)."""
+    draw = DrawRule(
+        rule=rule, max_overshoot_fraction=max_overshoot_fraction, initial_samples=initial_samples
+    )
+    cells = []
+    for cell in draw_law(p, draw, history=history):
+        if pass_rate_estimate == "known":
+            pass_rate: float | None = p
+        elif pass_rate_estimate == "unbiased":  # the one-at-a-time prefix (drawing.py)
+            pass_rate = rao_blackwell_pass_rate(
+                positives=cell.stop_positives,
+                total=cell.stop_index,
+                k_pos=rule.k_pos,
+                k_neg=rule.k_neg,
+                max_samples=rule.max_samples,
+            )
+        else:
+            pass_rate = None
+        pool = np.concatenate([np.ones(cell.positives), np.zeros(cell.total - cell.positives)])
+        cells.append(
+            _pool_cell(
+                cell.probability,
+                pool,
+                resolved=cell.resolved,
+                pass_rate=pass_rate,
+                selection=selection,
+            )
+        )
+    return cells
+
+
+def log_gate(p: np.ndarray | float, *, max_samples: int) -> np.ndarray:
+    """1 - (1-p)^(cap-1): the gate of the log objective under Seq-Pos/Seq-Balance with the
+    selection correction and an unbiased pass-rate estimate (any draw rule, unresolved pools
+    kept). Derivation (docs/algorithms.md): with h(p̂) = 1 - p̂, E[ĝ] = E[(1-p̂)·1{mixed}]/(p(1-p))
+    ∇p; E[1 - p̂] = 1 - p, and the pool fails to mix with h ≠ 0 only when all cap samples are
+    negative (p̂ = 0): E[(1-p̂)1{mixed}] = (1-p) - (1-p)^cap."""
+    p = np.asarray(p, dtype=np.float64)
+    return 1.0 - (1.0 - p) ** (max_samples - 1)
 
 
 def implied_weight(
@@ -202,6 +294,9 @@ def implied_weight(
     round_size: int = 1,
     unresolved_policy: UnresolvedPolicy | str = UnresolvedPolicy.KEEP_AVAILABLE,
     clip_delta: float = 1e-3,
+    max_overshoot_fraction: float | None = None,
+    initial_samples: int | None = None,
+    history: tuple[float, float] = (0.0, 0.0),
     grpo_eps: float = GRPO_EPS,
     ada_est_eps: float = 1e-6,
     raft_normalization: str = "group",
@@ -216,8 +311,13 @@ def implied_weight(
       `max_samples` and sampled in rounds of `round_size`; "fixed_pool": `max_samples` uniform
       samples). Unresolved pools follow `unresolved_policy`.
     pass_rate_estimate: the p̃ that corrections use: "pool" (N⁺/N, the released code), "known"
-      (the true p; also Ada-Est's baseline), or "rao_blackwell" (`rao_blackwell_pass_rate`,
-      unbiased under the stopping rule).
+      (the true p; also Ada-Est's baseline), or "unbiased" (`rao_blackwell_pass_rate` under the
+      stopping rule; with chunked draws, on the one-at-a-time prefix:
+      `adarl.algo.drawing.unbiased_pass_rate`).
+    max_overshoot_fraction: None = the pool is drawn one sample at a time (or in rounds of
+      `round_size`); a number = a streaming sampler's chunked draws (`adarl.algo.drawing.
+      DrawRule` with this ε, `initial_samples` and the prompt's `history` pseudo-counts), whose
+      exact law (`draw_law`) is then what the expectation runs over.
     objective/alpha: the declared f of the `selection` correction.
     """
     if pass_rate_estimate not in PASS_RATE_ESTIMATES:
@@ -262,6 +362,9 @@ def implied_weight(
                 round_size=round_size,
                 unresolved_policy=unresolved_policy,
                 clip_delta=clip_delta,
+                max_overshoot_fraction=max_overshoot_fraction,
+                initial_samples=initial_samples,
+                history=history,
             )
         out[index] = _weight_from_cells(pv, group_size, cells)
     return out

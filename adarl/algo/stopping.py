@@ -18,7 +18,12 @@ negatives", positive-focused exit is "≥ 1 positive"; rounds of 8 samples, up t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
+
+import numpy as np
 
 
 class StopDecision(str, Enum):
@@ -101,6 +106,107 @@ def min_additional_samples_seq_balance(
         return 0
     missing = max(0, k_pos - positives) + max(0, k_neg - negatives)
     return min(missing, max_samples - positives - negatives)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """Seq-Balance(k⁺, k⁻) with a cap, as one object (Seq-Pos(k) is k⁻ = 0), with a futility stop.
+
+    Checked after every sample, the rule stops a prompt at the first N where
+
+        RESOLVED     N⁺ ≥ k⁺ and N⁻ ≥ k⁻                                   (the exit condition)
+        UNRESOLVED   N = cap, or
+                     the pool is mixed (N⁺ ≥ 1, N⁻ ≥ 1) and cannot resolve any more:
+                     max(0, k⁺ - N⁺) + max(0, k⁻ - N⁻) > cap - N              (futility)
+
+    The futility stop applies only to mixed pools: their gate is already open, and further samples
+    could only reshuffle the kept split. A pool with one label keeps sampling to the cap, because
+    one more sample of the other label opens its gate. That is what makes the log objective's
+    gate exactly 1 - (1-p)^(cap-1) with an unbiased pass-rate estimate
+    (`adarl.algo.drawing`, docs/algorithms.md). The stopping time of this rule, sample by sample,
+    is the "one-at-a-time" reference that chunked sampling is measured against.
+    """
+
+    k_pos: int
+    k_neg: int
+    max_samples: int
+    futility: bool = True
+
+    def __post_init__(self) -> None:
+        if self.k_pos < 0 or self.k_neg < 0 or self.k_pos + self.k_neg < 1:
+            raise ValueError(
+                f"stopping rule needs k_pos, k_neg >= 0, not both 0 (got {self.k_pos}, "
+                f"{self.k_neg})"
+            )
+        if self.max_samples < self.k_pos + self.k_neg:
+            raise ValueError(
+                f"max_samples={self.max_samples} < k_pos + k_neg={self.k_pos + self.k_neg}: the "
+                "rule could never resolve"
+            )
+
+    def missing(self, positives: int, negatives: int) -> int:
+        """Samples the exit condition still needs at the least."""
+        return max(0, self.k_pos - positives) + max(0, self.k_neg - negatives)
+
+    def decision(self, positives: int, negatives: int) -> StopDecision:
+        total = positives + negatives
+        _check_counts(positives=positives, total=total, max_samples=self.max_samples)
+        if positives >= self.k_pos and negatives >= self.k_neg:
+            return StopDecision.RESOLVED
+        if total >= self.max_samples:
+            return StopDecision.UNRESOLVED
+        if (
+            self.futility
+            and positives >= 1
+            and negatives >= 1
+            and self.missing(positives, negatives) > self.max_samples - total
+        ):
+            return StopDecision.UNRESOLVED
+        return StopDecision.CONTINUE
+
+    def stops(self, positives: int, negatives: int) -> bool:
+        return self.decision(positives, negatives) is not StopDecision.CONTINUE
+
+    def min_additional(self, positives: int, negatives: int) -> int:
+        """Fewest further samples after which the exit condition could hold (capped by the
+        room left); 0 once the rule stopped."""
+        if self.stops(positives, negatives):
+            return 0
+        total = positives + negatives
+        return max(1, min(self.missing(positives, negatives), self.max_samples - total))
+
+    def stop_index(self, labels: Sequence[bool]) -> int | None:
+        """The rule's stopping time on `labels` taken one at a time in this order: the 1-based
+        index of the sample after which it stops, or None if it has not stopped by the end."""
+        positives = negatives = 0
+        if self.stops(0, 0):
+            return 0
+        for index, label in enumerate(labels, start=1):
+            if label:
+                positives += 1
+            else:
+                negatives += 1
+            if self.stops(positives, negatives):
+                return index
+        return None
+
+    def stop_grid(self) -> tuple[np.ndarray, np.ndarray]:
+        """(stop, resolved), both bool [cap + 1, cap + 1] indexed [N, N⁺] (N⁺ ≤ N); read-only."""
+        return self._grids
+
+    @cached_property
+    def _grids(self) -> tuple[np.ndarray, np.ndarray]:
+        cap = self.max_samples
+        stop = np.zeros((cap + 1, cap + 1), dtype=bool)
+        resolved = np.zeros((cap + 1, cap + 1), dtype=bool)
+        for n in range(cap + 1):
+            for pos in range(n + 1):
+                decision = self.decision(pos, n - pos)
+                stop[n, pos] = decision is not StopDecision.CONTINUE
+                resolved[n, pos] = decision is StopDecision.RESOLVED
+        stop.setflags(write=False)
+        resolved.setflags(write=False)
+        return stop, resolved
 
 
 def seq_pos_unbiased_pass_rate(*, positives: int, total: int) -> float:

@@ -185,7 +185,7 @@ def _pass_rate(estimate: str, rule: str, p: float):
     )
 
 
-@pytest.mark.parametrize("estimate", ["known", "pool", "rao_blackwell"])
+@pytest.mark.parametrize("estimate", ["known", "pool", "unbiased"])
 @pytest.mark.parametrize("correction", [c.value for c in Correction])
 @pytest.mark.parametrize("rule", list(RULES))
 def test_sequential_estimators(
@@ -300,7 +300,7 @@ def test_rao_blackwell_estimate_makes_selection_log_unbiased(bandit: Bandit, poo
                 x,
                 pools["seq_balance"][x],
                 group_size=GROUP,
-                pass_rate=_pass_rate("rao_blackwell", "seq_balance", float(p[x])),
+                pass_rate=_pass_rate("unbiased", "seq_balance", float(p[x])),
                 unresolved_policy="keep_available",
                 correction="selection",
                 objective="log",
@@ -316,7 +316,7 @@ def test_rao_blackwell_estimate_makes_selection_log_unbiased(bandit: Bandit, poo
         grid,
         correction="selection",
         objective="log",
-        pass_rate_estimate="rao_blackwell",
+        pass_rate_estimate="unbiased",
     )
     np.testing.assert_allclose(weight * grid, 1.0, atol=1e-4)
 

@@ -17,6 +17,7 @@ from adarl.algo.gate import (
     unresolved_probability_seq_balance,
     unresolved_probability_seq_pos,
 )
+from adarl.algo.stopping import StoppingRule
 
 
 def test_mixed_group_probability() -> None:
@@ -44,10 +45,23 @@ def test_terminal_law_is_a_distribution_respecting_the_cap() -> None:
             law = terminal_counts(0.3, max_samples=20, round_size=round_size, **kwargs)
             assert law.probability.sum() == pytest.approx(1.0, abs=1e-12)
             assert law.probability.shape == (21, 21)
-            # Mass only where N⁺ ≤ N, and before the cap only where the rule resolved.
+            # Mass only where N⁺ ≤ N, and before the cap only where the rule resolved or, one
+            # sample at a time, where a mixed pool can no longer resolve (the futility stop).
             n, k = np.nonzero(law.probability)
             assert np.all(k <= n)
-            assert np.all(law.resolved[n[n < 20], k[n < 20]])
+            early = n < 20
+            rule = StoppingRule(max_samples=20, **kwargs)
+            futile = np.array(
+                [
+                    a >= 1 and b >= 1 and rule.missing(a, b) > 20 - (a + b)
+                    for a, b in zip(k[early], n[early] - k[early], strict=True)
+                ],
+                dtype=bool,
+            )
+            allowed = law.resolved[n[early], k[early]] | (futile & (round_size == 1))
+            assert np.all(allowed)
+            if round_size == 1 and kwargs == {"k_pos": 1, "k_neg": 3}:
+                assert futile.any()  # the futility stop does happen for this rule
             if round_size > 1:  # stops happen only at round ends (or the cap)
                 assert np.all((n % round_size == 0) | (n == 20))
 
