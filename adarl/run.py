@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ class RunSummary:
     wall_time_s: float
     time_per_stage_s: dict[str, float]
     resumed_from_step: int | None
+    # What the run optimises (adarl.allocator.objective.ObjectiveDeclaration.to_json())
+    objective: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -79,6 +81,7 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
         f"\nadarl run '{summary.name}' finished: {summary.steps} steps in "
         f"{summary.wall_time_s:.0f}s ({stages})\n"
         f"{accuracy}"
+        f"  objective: {summary.objective.get('statement', 'n/a')}\n"
         f"  rollouts generated: {summary.rollouts_generated}, tokens: "
         f"{summary.tokens_generated}\n"
         f"  run directory: {run_dir}"

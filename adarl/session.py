@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs
+from adarl.allocator.objective import declare_objective
 from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
 from adarl.cluster import blocking_proxy, ensure_ray, plan_resources, spawn_actor
 from adarl.config import AdarlConfig
@@ -28,7 +29,7 @@ from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metri
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, resolve_model_config
-from adarl.reward.registry import build_reward_pool
+from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.pool import build_rollout_pool
 from adarl.run import RunSummary
@@ -82,7 +83,10 @@ class TrainingSession:
         cluster = config.cluster
         self.started = time.perf_counter()
         # Data first: a task that cannot fill a step fails before any actor or model starts.
-        self.prompts = build_prompt_source(config.task)
+        # The run's own verifier vets the task's answers at load time (an answer it cannot read is
+        # a bad row, never a silent p = 0 prompt).
+        verifier = build_verifier(config.task.verifier_name, config.reward)
+        self.prompts = build_prompt_source(config.task, verifier=verifier)
         num_prompts = len(self.prompts.examples)
         if num_prompts < config.allocator.prompts_per_step:
             raise ValueError(
@@ -119,7 +123,7 @@ class TrainingSession:
             ),
         )
 
-        test_examples = build_test_examples(config.task)
+        test_examples = build_test_examples(config.task, verifier=verifier)
         if config.eval.num_prompts:
             test_examples = test_examples[: config.eval.num_prompts]
         # No held-out set (a file task without test_path/test_fraction): no evaluation at all,
@@ -144,11 +148,9 @@ class TrainingSession:
         self.rewards = build_reward_pool(config.reward, [config.task.verifier_name])
         self._closers.append(self.rewards.close)
 
-        # Streaming samplers grow draws into idle engine slots, up to what the engines run at once.
-        kwargs = allocator_kwargs(
-            config.allocator,
-            target_in_flight_samples=cluster.rollout_engines * config.rollout.max_num_seqs,
-        )
+        kwargs = allocator_kwargs(config.allocator)
+        self.objective = declare_objective(config.allocator)
+        log.info("%s", self.objective.console())
         if cluster.in_process:
             self.allocator: BudgetAllocator = BudgetAllocator(**kwargs)
         else:
@@ -201,7 +203,10 @@ class TrainingSession:
         self.logger = build_metrics_logger(
             config.logger,
             run_dir=self.run_dir,
-            run_config=OmegaConf.to_container(OmegaConf.structured(config)),  # type: ignore[arg-type]
+            run_config={
+                **OmegaConf.to_container(OmegaConf.structured(config)),  # type: ignore[dict-item]
+                "objective": self.objective.to_json(),
+            },
             resume_from_step=self.start_step if self.resume_path is not None else None,
             total_steps=config.trainer.total_steps,
         )
@@ -272,6 +277,7 @@ class TrainingSession:
                 **{name: seconds for name, seconds in timing.items()},
             },
             resumed_from_step=self.start_step if self.resume_path is not None else None,
+            objective=self.objective.to_json(),
         )
 
     def wall_s(self) -> float:

@@ -251,6 +251,7 @@ class BudgetAllocator:
                 resolved=verdict is PromptStatus.RESOLVED,
                 step=step,
                 prior_pass_rate=self.stats.pass_rate(pid),
+                law=self.sampler.sequential_law(),
             )
             if group is not None:
                 new_groups.append(group)
@@ -280,6 +281,7 @@ class BudgetAllocator:
             pools=self._pools,
             verdicts=verdicts,
             trained=trained,
+            kept=new_groups,
             carried_in=len(self._carried_in),
             carried_out=carried_out,
             carried_expired=self._carried_expired,

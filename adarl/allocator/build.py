@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from adarl.allocator.allocator import BudgetAllocator
@@ -40,9 +39,8 @@ def build_sampler(config: AllocatorConfig) -> Sampler:
             max_samples_per_step=step_cap,
             mode=seq.mode,
             initial_samples=seq.initial_samples,
-            chunk_growth=seq.chunk_growth,
-            chunk_confidence=seq.chunk_confidence,
-            target_in_flight_samples=seq.target_in_flight_samples,
+            max_overshoot_fraction=seq.max_overshoot_fraction,
+            use_history=seq.use_history,
             round_repeat=seq.round_repeat,
             max_rounds=seq.max_rounds,
             positive_threshold=config.positive_threshold,
@@ -98,28 +96,15 @@ def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
         raft_normalization=group.raft_normalization,
         positive_threshold=config.positive_threshold,
         clip_delta=group.clip_delta,
+        pass_rate_estimate=group.pass_rate_estimate,
         ada_est_eps=config.estimation.epsilon,
         seed=seed_or_default(config.seed),
     )
 
 
-def allocator_kwargs(
-    config: AllocatorConfig, *, target_in_flight_samples: int | None = None
-) -> dict[str, Any]:
-    """`BudgetAllocator`'s keyword arguments for `config` (validated first).
-
-    `target_in_flight_samples`: sequences the rollout engines run at once (engines ×
-    max_num_seqs); streaming samplers grow draws into idle slots up to it. An explicit
-    `allocator.sequential.target_in_flight_samples` wins.
-    """
+def allocator_kwargs(config: AllocatorConfig) -> dict[str, Any]:
+    """`BudgetAllocator`'s keyword arguments for `config` (validated first)."""
     config.validate()
-    if target_in_flight_samples is not None and config.sequential.target_in_flight_samples is None:
-        config = replace(
-            config,
-            sequential=replace(
-                config.sequential, target_in_flight_samples=target_in_flight_samples
-            ),
-        )
     est = config.estimation
     return {
         "sampler": build_sampler(config),
@@ -133,10 +118,6 @@ def allocator_kwargs(
     }
 
 
-def build_allocator(
-    config: AllocatorConfig, *, target_in_flight_samples: int | None = None
-) -> BudgetAllocator:
+def build_allocator(config: AllocatorConfig) -> BudgetAllocator:
     """The allocator `config` describes (validated first)."""
-    return BudgetAllocator(
-        **allocator_kwargs(config, target_in_flight_samples=target_in_flight_samples)
-    )
+    return BudgetAllocator(**allocator_kwargs(config))

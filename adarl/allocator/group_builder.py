@@ -14,6 +14,11 @@ Two families of advantage, picked by `advantage`:
   with samplers whose pool is the group (uniform, dynamic filter). `reinforce_baseline` uses
   the prompt's pass-rate estimate from earlier steps (independent of this group) as baseline.
 
+The pool's pass rate p̃ in "pool" advantages is, by default (`pass_rate_estimate="unbiased"`), the
+estimate that is exactly unbiased under the sampler's real draws (`adarl.algo.drawing.
+unbiased_pass_rate`, given the sampler's `SequentialLaw`), not the pool mean N⁺/N, which a stopping
+rule biases (`pass_rate_estimate="pool"`, the released code).
+
 Unresolved prompts follow `unresolved_policy` in both families (`selection.UnresolvedPolicy`).
 Random downsampling is seeded from (seed, step, prompt id): no RNG state to checkpoint, and a
 resumed run picks the same samples.
@@ -34,6 +39,7 @@ from adarl.algo.advantages import (
     reinforce_baseline_advantages,
     rloo_advantages,
 )
+from adarl.algo.drawing import unbiased_pass_rate
 from adarl.algo.selection import (
     Correction,
     DownsampleOrder,
@@ -42,7 +48,7 @@ from adarl.algo.selection import (
     downsample_and_correct,
     positive_mask,
 )
-from adarl.allocator.samplers.base import derive_seed
+from adarl.allocator.samplers.base import SequentialLaw, derive_seed
 from adarl.types import Group, ScoredRollout
 
 
@@ -73,6 +79,7 @@ class GroupBuilder:
         positive_threshold: float = 0.5,
         clip_delta: float = 1e-3,
         ada_est_eps: float = 0.05,
+        pass_rate_estimate: str = "unbiased",
         seed: int = 0,
     ) -> None:
         if group_size is not None and group_size < 1:
@@ -94,6 +101,11 @@ class GroupBuilder:
         self.positive_threshold = positive_threshold
         self.clip_delta = clip_delta
         self.ada_est_eps = ada_est_eps
+        if pass_rate_estimate not in ("unbiased", "pool"):
+            raise ValueError(
+                f"pass_rate_estimate must be 'unbiased' or 'pool', got {pass_rate_estimate!r}"
+            )
+        self.pass_rate_estimate = pass_rate_estimate
         self.seed = seed
 
     def build(
@@ -104,15 +116,18 @@ class GroupBuilder:
         resolved: bool,
         step: int,
         prior_pass_rate: float,
+        law: SequentialLaw | None = None,
     ) -> Group | None:
         """The kept group of `pool` (in sampling order), or None when nothing is kept.
 
         `prior_pass_rate` is the prompt's estimate from earlier steps (the allocator's EMA), used
-        only by `reinforce_baseline`.
+        only by `reinforce_baseline`. `law`: how the sampler drew the pool (None: a size fixed
+        before its labels were seen), which the unbiased pass-rate estimate conditions on.
         """
         if not pool:
             return None
         rewards = np.array([s.reward for s in pool], dtype=np.float64)  # [N]
+        pass_rate = self.pool_pass_rate(rewards, law)
         group_size = self.group_size if self.group_size is not None else len(pool)
         rng = np.random.default_rng(derive_seed(self.seed, step, prompt_id, "downsample"))
         if self.advantage is AdvantageMode.POOL:
@@ -124,6 +139,7 @@ class GroupBuilder:
                 correction=self.correction,
                 objective=self.objective,
                 alpha=self.alpha,
+                pass_rate=pass_rate,
                 positive_threshold=self.positive_threshold,
                 clip_delta=self.clip_delta,
                 rng=rng,
@@ -155,6 +171,17 @@ class GroupBuilder:
             ),
             resolved=resolved,
         )
+
+    def pool_pass_rate(self, rewards: np.ndarray, law: SequentialLaw | None) -> float | None:
+        """p̂ for "pool" advantages: the unbiased estimate under the sampler's draws, or None
+        (the corrections then use the pool mean): with `pass_rate_estimate="pool"`, for pools of
+        a size fixed before their labels (the mean is unbiased), and for a pool cut by the step
+        budget before its rule stopped (no unbiased estimate exists; counted by the sampler as
+        `sampling/unresolved_by_budget`)."""
+        if self.pass_rate_estimate == "pool" or law is None:
+            return None
+        labels = positive_mask(rewards, positive_threshold=self.positive_threshold)
+        return unbiased_pass_rate(list(labels), law.rule, round_size=law.round_size)
 
     def _uniform_advantages(self, rewards: np.ndarray, prior_pass_rate: float) -> np.ndarray:
         mode = self.advantage

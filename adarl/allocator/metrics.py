@@ -41,6 +41,7 @@ def step_metrics(
     pools: Mapping[str, Sequence[ScoredRollout]],
     verdicts: Mapping[str, PromptStatus],
     trained: Sequence[Group],
+    kept: Sequence[Group],
     carried_in: int,
     carried_out: int,
     carried_expired: int,
@@ -86,6 +87,14 @@ def step_metrics(
             sum(s.reward_error is not None for pool in drawn.values() for s in pool)
         ),
     }
+    # Drawn but in no kept group (trained now or carried to a later step): the rollouts a
+    # sampler spends to find signal, or throws away by downsampling.
+    kept_ids = {id(s) for g in kept for s in g.rollouts}
+    discarded = [s for pool in drawn.values() for s in pool if id(s) not in kept_ids]
+    metrics["sampling/discarded_samples"] = float(len(discarded))
+    metrics["sampling/discarded_token_share"] = (
+        sum(len(s.rollout.completion.token_ids) for s in discarded) / tokens if tokens else 0.0
+    )
     if target_groups is not None:
         metrics["signal/groups_target"] = float(target_groups)
         metrics["signal/groups_short"] = float(max(0, target_groups - len(trained)))

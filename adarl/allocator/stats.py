@@ -87,6 +87,8 @@ class PromptStatsStore:
                 pass_rate=self.pass_rate(pid),
                 samples=stats.samples if stats else 0,
                 grad_norm=stats.grad_norm if stats else None,
+                ema_positives=stats.ema_positives if stats else 0.0,
+                ema_negatives=stats.ema_samples - stats.ema_positives if stats else 0.0,
             )
         return out
 

@@ -27,15 +27,16 @@
     mode: "streaming" (dispatch a prompt's next draw the moment its last one returns; chunk rule
         in `adarl.allocator.samplers.sequential`) or "rounds" (the reference implementation's
         synchronous rounds; the cap becomes round_repeat × max_rounds).
-    initial_samples: first draw per prompt in streaming mode; None = k_pos + k_neg.
-    chunk_growth: streaming chunks grow by at most this factor per wait while the engines are
-        full; 0 = draw only the fewest samples that could resolve the prompt (no overshoot,
-        more waits).
-    chunk_confidence: a streaming chunk is the fewest samples that finish the prompt with this
-        posterior probability (a wait costs a whole response time; see the chunk rule).
-    target_in_flight_samples: streaming mode: how many sequences the rollout engines run at once
-        (engines × max_num_seqs); while fewer are in flight, first draws and chunks grow into
-        the idle slots (cutting sequential waits at no wall-time cost); None = never.
+    initial_samples: floor of the first draw per prompt in streaming mode; None = the fewest
+        samples after which the rule could resolve (k_pos + k_neg).
+    max_overshoot_fraction: streaming draw sizes (`adarl.algo.drawing.DrawRule`): each draw's
+        expected overshoot (samples the one-at-a-time rule would not have drawn) is at most this
+        fraction of its expected useful samples, under the prompt's posterior predictive; the
+        sampler then draws at most (1 + this)× the one-at-a-time rule's samples (measured: ≤ 1.1×
+        at the default 0.05). 0 = never overshoot (most waits); .inf = the whole cap at once.
+    use_history: streaming mode: a prompt seen in earlier steps adds its EMA counts
+        (`estimation.ema_decay`) to its posterior, so a prompt that was hopeless last epoch takes
+        its cap at once (draw sizes only: the stopping rule and the estimates ignore history).
     round_repeat, max_rounds: rounds mode: samples per active prompt per round, rounds at most.
 
 `DynamicFilterConfig`
@@ -72,6 +73,10 @@
         the SFT loss averaged over accepted samples, RAFT as usually run: log p gated by
         1 - (1-p)^n). `adarl.algo.advantages.raft_advantages`.
     clip_delta: pass rates in weights are clipped to [δ, 1-δ].
+    pass_rate_estimate: the pool pass rate p̂ that "pool" advantages use: "unbiased" (exactly
+        unbiased under the sampler's real draws, chunks and futility stop included:
+        `adarl.algo.drawing.unbiased_pass_rate`; for fixed-size pools the pool mean) or "pool"
+        (N⁺/N over the whole pool, biased under a stopping rule: the released code).
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
 DOWNSAMPLE_ORDERS = ("random", "earliest")
 OBJECTIVES = ("linear", "log", "arcsin", "power")
 RAFT_NORMALIZATIONS = ("group", "positives")
+PASS_RATE_ESTIMATES = ("unbiased", "pool")
 
 
 @dataclass
@@ -94,9 +100,8 @@ class SequentialConfig:
     k_neg: int = 2
     mode: str = "streaming"
     initial_samples: int | None = None
-    chunk_growth: float = 4.0
-    chunk_confidence: float = 0.9
-    target_in_flight_samples: int | None = None
+    max_overshoot_fraction: float = 0.05
+    use_history: bool = True
     round_repeat: int = 8
     max_rounds: int = 4
 
@@ -129,20 +134,10 @@ class SequentialConfig:
                 f"allocator.sequential.initial_samples={self.initial_samples} must be in "
                 f"[1, max_samples_per_prompt={max_samples_per_prompt}] or null"
             )
-        if self.target_in_flight_samples is not None and self.target_in_flight_samples < 1:
+        if not self.max_overshoot_fraction >= 0:
             raise ValueError(
-                "allocator.sequential.target_in_flight_samples="
-                f"{self.target_in_flight_samples} must be >= 1 or null"
-            )
-        if not 0.0 < self.chunk_confidence < 1.0:
-            raise ValueError(
-                f"allocator.sequential.chunk_confidence={self.chunk_confidence} must be in (0, 1) "
-                "(e.g. 0.9)"
-            )
-        if self.chunk_growth != 0 and self.chunk_growth < 1:
-            raise ValueError(
-                f"allocator.sequential.chunk_growth={self.chunk_growth} must be 0 (exact "
-                "minimum draws) or >= 1 (e.g. 2: chunks at most double)"
+                f"allocator.sequential.max_overshoot_fraction={self.max_overshoot_fraction} must "
+                "be >= 0 (0: never draw past the stopping rule; .inf: the whole cap at once)"
             )
 
 
@@ -215,6 +210,7 @@ class GroupConfig:
     downsample_order: str = "random"
     raft_normalization: str = "group"
     clip_delta: float = 1e-3
+    pass_rate_estimate: str = "unbiased"
 
     def validate(self) -> None:
         if self.group_size is not None and self.group_size < 1:
@@ -228,6 +224,7 @@ class GroupConfig:
             ("downsample_order", self.downsample_order, DOWNSAMPLE_ORDERS),
             ("objective", self.objective, OBJECTIVES),
             ("raft_normalization", self.raft_normalization, RAFT_NORMALIZATIONS),
+            ("pass_rate_estimate", self.pass_rate_estimate, PASS_RATE_ESTIMATES),
         ):
             if value not in allowed:
                 raise ValueError(f"allocator.group.{key}={value!r} is not one of {allowed}")

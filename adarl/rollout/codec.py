@@ -8,7 +8,7 @@ text between the prompt and the answer, exactly as it will be seen during traini
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
@@ -25,6 +25,10 @@ from adarl.types import (
 class PromptCodec:
     tokenizer: PreTrainedTokenizerBase
     sampling: SamplingParams
+    # Prompt text -> token ids: a prompt is drawn several times per step (streaming follow-ups)
+    # and again in later epochs; tokenizing it once saves the driver's time. Bounded.
+    _token_cache: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _cache_limit: int = 100_000
 
     @property
     def pad_token_id(self) -> int:
@@ -32,9 +36,16 @@ class PromptCodec:
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
 
     def prompt_token_ids(self, text: str) -> tuple[int, ...]:
+        cached = self._token_cache.get(text)
+        if cached is not None:
+            return cached
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         bos = self.tokenizer.bos_token_id
-        return tuple(([bos] if bos is not None else []) + list(ids))
+        tokens = tuple(([bos] if bos is not None else []) + list(ids))
+        if len(self._token_cache) >= self._cache_limit:
+            self._token_cache.clear()
+        self._token_cache[text] = tokens
+        return tokens
 
     def generation_request(
         self, request: PromptRequest, *, sampling: SamplingParams | None = None

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
+from adarl.algo.stopping import StoppingRule
+
 
 class PromptStatus(str, Enum):
     """Where a prompt stands within the current step."""
@@ -54,6 +56,18 @@ class PromptHistory:
     pass_rate: float  # smoothed estimate (EMA with a Beta prior); the prior mean if never seen
     samples: int  # lifetime samples
     grad_norm: float | None  # last per-prompt gradient norm reported by the learner
+    # The EMA's discounted counts (λ per visit): pseudo-counts a sampler may add to its posterior.
+    ema_positives: float = 0.0
+    ema_negatives: float = 0.0
+
+
+@dataclass(frozen=True)
+class SequentialLaw:
+    """How a sequential sampler drew its pools: what an unbiased pass-rate estimate of a pool
+    conditions on (`adarl.algo.drawing.unbiased_pass_rate`)."""
+
+    rule: StoppingRule
+    round_size: int  # 1: chunks, the rule checked sample by sample; > 1: synchronous rounds
 
 
 @runtime_checkable
@@ -97,6 +111,11 @@ class Sampler(Protocol):
 
     def target_groups(self) -> int | None:
         """Groups this step should train on (dynamic filter); None = every resolved prompt."""
+        ...
+
+    def sequential_law(self) -> SequentialLaw | None:
+        """The stopping law of this sampler's pools, or None when a pool's size was fixed before
+        its labels were seen (its mean is then already unbiased)."""
         ...
 
     def metrics(self) -> dict[str, float]: ...

@@ -164,6 +164,9 @@ class DynamicFilterSampler:
     def target_groups(self) -> int | None:
         return self._target
 
+    def sequential_law(self) -> None:
+        return None  # pool sizes are fixed before their labels are seen
+
     def metrics(self) -> dict[str, float]:
         statuses = [t.status for t in self._ledger.tallies.values()]
         return {

@@ -128,6 +128,9 @@ class AdaEstSampler:
     def target_groups(self) -> int | None:
         return None
 
+    def sequential_law(self) -> None:
+        return None  # pool sizes are fixed before their labels are seen
+
     def metrics(self) -> dict[str, float]:
         return self._ledger.metrics()
 
@@ -262,6 +265,11 @@ class GvmSampler:
         return list(self._ledger.order)
 
     def target_groups(self) -> int | None:
+        return None
+
+    def sequential_law(self) -> None:
+        # The second stage's size depends on the pilot's labels: no stopping law to condition
+        # on; GVM's advantages (GRPO, RAFT) do not use a pool pass-rate estimate.
         return None
 
     def metrics(self) -> dict[str, float]:

@@ -24,7 +24,8 @@ class PromptTally:
     draws: int = 0  # draws dispatched: the number of sequential waits this prompt caused
     last_chunk: int = 0
     status: PromptStatus = PromptStatus.SAMPLING
-    exit_index: int | None = None  # 1-based position of the sample that met the exit condition
+    # 1-based position of the sample after which `exit_reached` first held (the stopping time)
+    exit_index: int | None = None
 
     @property
     def observed(self) -> int:
@@ -99,7 +100,7 @@ class StepLedger:
         *,
         exit_reached: Any = None,
     ) -> PromptTally:
-        """Count one returned draw. `exit_reached(pos, neg) -> bool` dates the exit condition."""
+        """Count one returned draw. `exit_reached(pos, neg) -> bool` dates the stopping rule."""
         tally = self.tally(prompt_id)
         if tally.in_flight == 0:
             raise ValueError(f"observe: prompt {prompt_id!r} has no draw in flight")

@@ -86,6 +86,9 @@ class UniformSampler:
     def target_groups(self) -> int | None:
         return None
 
+    def sequential_law(self) -> None:
+        return None  # pool sizes are fixed before their labels are seen
+
     def metrics(self) -> dict[str, float]:
         return self._ledger.metrics()
 

@@ -1,9 +1,10 @@
 """The allocator for real, against the scripted `FakeEngine` and the real exact-match verifier.
 
-`FakeWorld` holds prompts with known pass rates; `FakeWorld.run_step` plays the driver's loop
-in-process: requests are generated as they are dispatched and their results are handed back in a
-seeded random order (as a pool of engines would return them), until the allocator says the step
-is complete.
+`FakeWorld` holds prompts with known pass rates. `FakeWorld.run_step` runs one step through the
+driver's own rollout phase (`adarl.driver.collect_groups`) on a `SimulatedRolloutPool` (results
+come back in simulated-latency order, varied by `order_seed`) and a real `RewardPool`, recording
+what was requested and scored. Only `stop_after_results` (a step interrupted mid-way, for resume
+tests) plays the allocator's calls by hand, since the real loop never stops mid-step.
 """
 
 from __future__ import annotations
@@ -13,21 +14,84 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from adarl.allocator import BudgetAllocator, StepResult
+from adarl.driver import collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
+from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
-from adarl.types import PromptRequest, SamplingParams, ScoredRollout, TaskExample
+from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
+from adarl.types import (
+    Completion,
+    GenerationRequest,
+    PromptRequest,
+    Rollout,
+    SamplingParams,
+    ScoredRollout,
+    TaskExample,
+)
+
+# Small and fast: 4 engines of 64 slots, short responses; only the arrival order matters here.
+TEST_LATENCY = LatencyModel(engines=4, slots=64, median_response_tokens=50, max_response_tokens=200)
 
 
 @dataclass
 class StepTrace:
     """What the driver saw in one step: every request, and every prompt's rewards in order."""
 
-    requests: list[PromptRequest] = field(default_factory=list)
+    requests: list[GenerationRequest | PromptRequest] = field(default_factory=list)
     rewards: dict[str, list[float]] = field(default_factory=dict)
     scored: dict[str, list[ScoredRollout]] = field(default_factory=dict)
     max_open_requests: int = 0
+
+
+class _TracingPool(SimulatedRolloutPool):
+    def __init__(self, trace: StepTrace, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.trace = trace
+        self.open = 0
+
+    def submit(self, requests: Sequence[GenerationRequest]) -> None:
+        self.trace.requests.extend(requests)
+        self.open += len(requests)
+        self.trace.max_open_requests = max(self.trace.max_open_requests, self.open)
+        super().submit(requests)
+
+    def drain_completed(self):
+        results = super().drain_completed()
+        self.open -= len(results)
+        return results
+
+
+class _TracingRewards:
+    def __init__(self, pool: RewardPool, trace: StepTrace) -> None:
+        self.pool, self.trace = pool, trace
+
+    def score(self, rollouts: Sequence[Rollout], examples: Sequence[TaskExample]):
+        scored = self.pool.score(rollouts, examples)
+        for item in scored:
+            pid = item.rollout.prompt_id
+            self.trace.rewards.setdefault(pid, []).append(item.reward)
+            self.trace.scored.setdefault(pid, []).append(item)
+        return scored
+
+    def metrics(self) -> dict[str, float]:
+        return self.pool.metrics()
+
+
+class _Refill:
+    """A prompt source over an iterator (the dynamic filter's refills)."""
+
+    def __init__(self, refill: Iterator[TaskExample] | None) -> None:
+        self.refill = refill
+
+    def next_batch(self, num_examples: int) -> list[TaskExample]:
+        if self.refill is None:
+            return []
+        return [e for _, e in zip(range(num_examples), self.refill, strict=False)]
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
 
 class FakeWorld:
@@ -49,11 +113,60 @@ class FakeWorld:
             for i in range(len(pass_rates))
         ]
         self.pass_rates = {e.prompt_id: p for e, p in zip(self.examples, pass_rates, strict=True)}
-        script = {
+        self.script = {
             e.prompt: FakePrompt(pass_rate=p, answer=e.answer)
             for e, p in zip(self.examples, pass_rates, strict=True)
         }
-        self.engine = FakeEngine(tokenizer=self.tokenizer, script=script, seed=engine_seed)
+        self.engine = FakeEngine(tokenizer=self.tokenizer, script=self.script, seed=engine_seed)
+
+    def is_correct(self, request: GenerationRequest, completion: Completion) -> bool:
+        prompt = self.tokenizer.decode(list(request.prompt_token_ids), skip_special_tokens=True)
+        return completion.text == self.script[prompt].answer
+
+    def run_step(
+        self,
+        allocator: BudgetAllocator,
+        step: int,
+        examples: Sequence[TaskExample] | None = None,
+        *,
+        order_seed: int = 0,
+        refill: Iterator[TaskExample] | None = None,
+        trace: StepTrace | None = None,
+        stop_after_results: int | None = None,
+        manual: bool = False,
+    ) -> StepResult | None:
+        """Play one step; returns the StepResult (None if stopped early for a resume test).
+
+        `manual`: play the allocator's calls by hand in a seeded random order instead of the
+        driver's loop (resume tests compare an interrupted step with one played the same way).
+        """
+        trace = trace if trace is not None else StepTrace()
+        examples = self.examples if examples is None else examples
+        if manual or stop_after_results is not None:
+            return self._run_interrupted(
+                allocator, step, examples, order_seed, refill, trace, stop_after_results
+            )
+        pool = _TracingPool(
+            trace,
+            engine=self.engine,
+            latency=TEST_LATENCY,
+            is_correct=self.is_correct,
+            seed=order_seed * 1_000 + step,
+        )
+        with RewardPool(verifiers={"arithmetic": self.verifier}, num_workers=1) as rewards:
+            phase = collect_groups(
+                step,
+                examples,
+                allocator=allocator,
+                rollout=pool,
+                rewards=_TracingRewards(rewards, trace),
+                prompts=_Refill(refill),
+                codec=self.codec,
+                clock=pool.now,
+            )
+        return phase.result
+
+    # -- a step interrupted mid-way (resume tests) --------------------------------------------
 
     def generate(self, request: PromptRequest) -> list[ScoredRollout]:
         sent = self.codec.generation_request(request)
@@ -66,19 +179,7 @@ class FakeWorld:
             )
         return scored
 
-    def run_step(
-        self,
-        allocator: BudgetAllocator,
-        step: int,
-        examples: Sequence[TaskExample] | None = None,
-        *,
-        order_seed: int = 0,
-        refill: Iterator[TaskExample] | None = None,
-        trace: StepTrace | None = None,
-        stop_after_results: int | None = None,
-    ) -> StepResult | None:
-        """Play one step; returns the StepResult (None if stopped early for a resume test)."""
-        trace = trace if trace is not None else StepTrace()
+    def _run_interrupted(self, allocator, step, examples, order_seed, refill, trace, stop_after):
         rng = random.Random(f"{order_seed}/{step}")
         open_requests: list[PromptRequest] = []
 
@@ -86,11 +187,9 @@ class FakeWorld:
             trace.requests.extend(requests)
             open_requests.extend(requests)
 
-        dispatch(allocator.start_step(step, self.examples if examples is None else examples))
-        self.continue_step(
-            allocator, open_requests, dispatch, rng, refill, trace, stop_after_results
-        )
-        if stop_after_results is not None and not allocator.step_complete():
+        dispatch(allocator.start_step(step, examples))
+        self.continue_step(allocator, open_requests, dispatch, rng, refill, trace, stop_after)
+        if stop_after is not None and not allocator.step_complete():
             self._suspended = (open_requests, dispatch, rng, refill, trace)
             return None
         return allocator.finish_step()
@@ -104,14 +203,8 @@ class FakeWorld:
                 return
             wanted = allocator.needs_prompts()
             if wanted:
-                more = (
-                    []
-                    if refill is None
-                    else [e for _, e in zip(range(wanted), refill, strict=False)]
-                )
-                dispatch(allocator.add_prompts(more))
+                dispatch(allocator.add_prompts(_Refill(refill).next_batch(wanted)))
                 continue
-            trace.max_open_requests = max(trace.max_open_requests, len(open_requests))
             request = open_requests.pop(rng.randrange(len(open_requests)))
             scored = self.generate(request)
             pid = request.example.prompt_id

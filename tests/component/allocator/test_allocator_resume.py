@@ -17,7 +17,7 @@ CONFIGS = {
         sampler="seq_balance",
         prompts_per_step=18,
         max_samples_per_step=250,
-        sequential=SequentialConfig(target_in_flight_samples=100),
+        sequential=SequentialConfig(max_overshoot_fraction=0.2),
     ),
     "seq_pos_rounds": AllocatorConfig(
         sampler="seq_pos",
@@ -68,7 +68,7 @@ def run(config: AllocatorConfig, *, interrupt_at: tuple[int, int] | None) -> lis
             allocator.load_state_dict(state)
             result = world.resume_step(allocator)
         else:
-            result = world.run_step(allocator, step, batch, refill=refill, trace=trace)
+            result = world.run_step(allocator, step, batch, refill=refill, trace=trace, manual=True)
         history.append(([(r.request_id, r.num_samples, r.seed) for r in trace.requests], result))
     return history
 

@@ -138,6 +138,7 @@ def test_rounds_mode_matches_the_reference_loop(choice: str, order_seed: int) ->
             correction="none",
             downsample_order="earliest",
             unresolved_policy="keep_available",
+            pass_rate_estimate="pool",  # the released code's p̃ = N⁺/N
         ),
     )
     allocator = build_allocator(config)

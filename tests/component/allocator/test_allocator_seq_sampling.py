@@ -83,16 +83,16 @@ def test_trains_only_balanced_mixed_groups_when_the_pool_meets_both_quotas() -> 
 def test_samples_per_prompt_follow_the_seq_rule(
     sampler: str, k_pos: int, k_neg: int, p: float
 ) -> None:
-    """Exact mode (chunk_growth=0) draws exactly the stopping time N* of the rule; the cap (200)
+    """max_overshoot_fraction=0 draws exactly the stopping time N* of the rule; the cap (200)
     is out of reach (P(N* > 200) < 1e-15 here). Tolerance: 4 standard errors of the mean of
-    n = 150 prompts, with the variance of N* computed exactly."""
-    n_prompts, cap = 150, 200
+    n = 600 prompts, with the variance of N* computed exactly (a 5% bias in E[N*] is 4-6 SE)."""
+    n_prompts, cap = 600, 200
     world = FakeWorld([p] * n_prompts, engine_seed=11)
     config = seq_config(
         sampler=sampler,
         prompts_per_step=n_prompts,
         max_samples_per_prompt=cap,
-        sequential=SequentialConfig(k_pos=k_pos, k_neg=k_neg, chunk_growth=0),
+        sequential=SequentialConfig(k_pos=k_pos, k_neg=k_neg, max_overshoot_fraction=0),
     )
     trace = StepTrace()
     result = world.run_step(build_allocator(config), 0, trace=trace)
@@ -106,8 +106,9 @@ def test_samples_per_prompt_follow_the_seq_rule(
     se = math.sqrt(var / n_prompts)
     assert abs(drawn.mean() - mean) < 4 * se, (drawn.mean(), mean, se)
 
-    # The default, speculative chunks: the rule's stopping point follows the same law (same
-    # tolerance), and the draws overshoot it by a bounded amount.
+    # The default chunks: the rule's stopping point follows the same law (same tolerance), and
+    # the draws overshoot it by little (the exact law of the draws: tests/component/allocator/
+    # test_allocator_exact_bandit.py).
     world = FakeWorld([p] * n_prompts, engine_seed=12)
     config.sequential = SequentialConfig(k_pos=k_pos, k_neg=k_neg)
     trace = StepTrace()
@@ -115,7 +116,7 @@ def test_samples_per_prompt_follow_the_seq_rule(
     exits = np.array([first_exit(r, k_pos, k_neg) for r in trace.rewards.values()], dtype=float)
     drawn = np.array([len(r) for r in trace.rewards.values()], dtype=float)
     assert abs(exits.mean() - mean) < 4 * se
-    assert (drawn >= exits).all() and drawn.mean() < 2.5 * mean
+    assert (drawn >= exits).all() and drawn.mean() < 1.2 * mean + 4 * se
 
 
 def test_caps_and_the_global_budget_are_never_exceeded() -> None:
@@ -162,22 +163,6 @@ def test_unresolved_prompts_follow_the_policy(
             assert len(trained[pid].rollouts) == 4 and not trained[pid].resolved
             # all-equal rewards: zero advantage either way (r - p̃ = 0)
             assert trained[pid].advantages == (0.0,) * 4
-
-
-def test_streaming_needs_no_more_waits_than_the_reference_rounds() -> None:
-    """Same prompts, both dispatch modes: streaming never needs more sequential waits per prompt
-    than the reference's 4 rounds, and resolves about as many prompts. Expected resolved count:
-    30 - 12·P(Bin(32, 0.1) < 2) ≈ 28.1, sd ≈ 1.3; the bound 24 is 3 sd below."""
-    pass_rates = [0.1, 0.3, 0.5, 0.7, 0.9] * 6
-    for mode in ("streaming", "rounds"):
-        world = FakeWorld(pass_rates, engine_seed=3)
-        config = seq_config(
-            prompts_per_step=len(pass_rates), sequential=SequentialConfig(mode=mode)
-        )
-        result = world.run_step(build_allocator(config), 0)
-        assert result is not None
-        assert result.metrics["sampling/draws_per_prompt_max"] <= 4
-        assert result.resolved_prompts >= 24
 
 
 def test_engine_utilisation_is_logged_with_the_step() -> None:

@@ -12,7 +12,7 @@ from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.metrics import pass_rate_bin, step_metrics
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.allocator.stats import PromptStatsStore
-from adarl.config.allocator import AllocatorConfig, SequentialConfig
+from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
 from adarl.types import Completion, FinishReason, Group, Rollout, ScoredRollout, TrainBatch
 
 
@@ -204,6 +204,7 @@ def test_step_metrics_count_what_happened() -> None:
             "c": PromptStatus.UNRESOLVED,
         },
         trained=trained,
+        kept=trained,
         carried_in=0,
         carried_out=0,
         carried_expired=0,
@@ -222,6 +223,9 @@ def test_step_metrics_count_what_happened() -> None:
     assert m["sampling/samples_per_prompt_by_pass_rate/0"] == 8
     assert m["sampling/samples_per_prompt_by_pass_rate/0-0.25"] == 0  # p̃ = 1/4 is in [¼, ½)
     assert m["sampling/samples_per_prompt_by_pass_rate/0.25-0.5"] == 4
+    # 12 drawn, 2 + 2 kept: 8 discarded, each with 3 of the 36 tokens.
+    assert m["sampling/discarded_samples"] == 8
+    assert m["sampling/discarded_token_share"] == pytest.approx(24 / 36)
     assert all(k.split("/")[0] in ("sampling", "signal") for k in m)
 
 
@@ -231,8 +235,10 @@ def test_config_validation_names_the_key() -> None:
         AllocatorConfig(sampler="nope").validate()
     with pytest.raises(ValueError, match=r"allocator\.sequential\.mode"):
         AllocatorConfig(sequential=SequentialConfig(mode="async")).validate()
-    with pytest.raises(ValueError, match="chunk_confidence"):
-        AllocatorConfig(sequential=SequentialConfig(chunk_confidence=1.0)).validate()
+    with pytest.raises(ValueError, match="max_overshoot_fraction"):
+        AllocatorConfig(sequential=SequentialConfig(max_overshoot_fraction=-0.1)).validate()
+    with pytest.raises(ValueError, match="pass_rate_estimate"):
+        AllocatorConfig(group=GroupConfig(pass_rate_estimate="rb")).validate()
     with pytest.raises(ValueError, match="samples_per_prompt must be >= 2"):
         AllocatorConfig(sampler="dynamic_filter", samples_per_prompt=1).validate()
 

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from adarl.bench.sampler import ContinuousBatchingSimulator, LatencyModel, PassRateMix
+from adarl.bench.sampler import PassRateMix
+from adarl.rollout.simulated import ContinuousBatchingSimulator, LatencyModel
 
 
 def model(**kw) -> LatencyModel:
@@ -107,9 +108,9 @@ def test_benchmark_cli_runs_small(tmp_path, capsys) -> None:
     from adarl.bench.sampler import main
 
     out = tmp_path / "b.md"
-    assert (
-        main(["--prompts", "12", "--steps", "1", "--sweep-engines", "--write-docs", str(out)]) == 0
-    )
+    args = ["--prompts", "12", "--steps", "1", "--sweep-engines", "--front", "0", "0.05"]
+    assert main([*args, "--write-docs", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "Seq-Balance(2, 2), streaming" in printed and "rounds / streaming" in printed
-    assert "## Sampler" in out.read_text()
+    text = out.read_text()
+    assert "## Sampler" in text and "Pareto front" in text and "drawn / E[T']" in text

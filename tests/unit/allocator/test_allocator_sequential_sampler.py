@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import pickle
 import random
@@ -12,30 +11,24 @@ from _allocator_streams import StreamDriver, no_history
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adarl.allocator.samplers.base import PromptStatus
-from adarl.allocator.samplers.sequential import (
-    SequentialSampler,
-    resolve_probability,
-    smallest_resolving_chunk,
-)
+from adarl.algo.drawing import DrawRule
+from adarl.algo.stopping import StoppingRule
+from adarl.allocator.samplers.base import PromptHistory, PromptStatus
+from adarl.allocator.samplers.sequential import SequentialSampler
 
 
-def exit_index(stream: list[float], k_pos: int, k_neg: int) -> int | None:
-    """1-based position at which the stream first holds k_pos positives and k_neg negatives."""
-    pos = neg = 0
-    for i, r in enumerate(stream, start=1):
-        pos += r > 0.5
-        neg += r <= 0.5
-        if pos >= k_pos and neg >= k_neg:
-            return i
-    return None
+def stop_index(stream: list[float], rule: StoppingRule) -> int | None:
+    """Where the one-at-a-time rule stops on the stream (exit, cap or futility), 1-based."""
+    return rule.stop_index([r > 0.5 for r in stream])
 
 
 def test_balance_resolves_exactly_at_quotas_without_speculation() -> None:
-    # chunk_growth=0: every draw is the fewest samples that could resolve, so the stream is
-    # consumed exactly up to its exit index. Stream "a": exit at 5 (1,1,1,0,0).
+    # max_overshoot_fraction=0: no draw may overshoot, so the stream is consumed exactly up to
+    # the rule's stopping point. Stream "a": exit at 5 (1,1,1,0,0).
     streams = {"a": [1, 1, 1, 0, 0, 1, 1], "b": [0, 0, 0, 0, 1, 0, 1, 0], "c": [0] * 10}
-    sampler = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=10, chunk_growth=0)
+    sampler = SequentialSampler(
+        k_pos=2, k_neg=2, max_samples_per_prompt=10, max_overshoot_fraction=0
+    )
     driver = StreamDriver(streams)
     driver.run_step(sampler)
     assert sampler.verdict("a") is PromptStatus.RESOLVED
@@ -43,7 +36,8 @@ def test_balance_resolves_exactly_at_quotas_without_speculation() -> None:
     assert sampler.verdict("c") is PromptStatus.UNRESOLVED
     assert driver.served["a"] == 5  # (2 pos after 2, need 2 neg: draws 4 then 1)
     assert driver.served["b"] == 7  # b: 4 neg, then 1 pos at 5, 2nd pos at 7
-    # c: 10 negatives are never mixed; draws of 2 (the 2 missing positives) up to the cap.
+    # c: 10 negatives are never mixed: it samples to the cap (one more sample could open its
+    # gate), in draws of the 2 missing positives.
     assert driver.served["c"] == 10
     draws_c = [d.num_samples for d in driver.log if d.prompt_id == "c"]
     assert draws_c == [4, 2, 2, 2]
@@ -51,7 +45,9 @@ def test_balance_resolves_exactly_at_quotas_without_speculation() -> None:
 
 def test_seq_pos_is_k_positives() -> None:
     streams = {"a": [0, 0, 1, 0, 1, 1], "b": [0] * 8}
-    sampler = SequentialSampler(k_pos=2, k_neg=0, max_samples_per_prompt=8, chunk_growth=0)
+    sampler = SequentialSampler(
+        k_pos=2, k_neg=0, max_samples_per_prompt=8, max_overshoot_fraction=0
+    )
     assert sampler.name == "seq_pos"
     driver = StreamDriver(streams)
     driver.run_step(sampler)
@@ -59,19 +55,19 @@ def test_seq_pos_is_k_positives() -> None:
     assert driver.served["b"] == 8 and sampler.verdict("b") is PromptStatus.UNRESOLVED
 
 
-def test_futile_draws_are_not_made() -> None:
-    # 1 negative left before the cap but 2 positives still missing: no draw can resolve.
-    sampler = SequentialSampler(k_pos=2, k_neg=1, max_samples_per_prompt=5, chunk_growth=0)
-    driver = StreamDriver({"a": [0, 0, 0, 0, 0]})
+def test_futility_stops_mixed_pools_only() -> None:
+    # Seq-Balance(3, 1), cap 5. "mixed": after 1 positive and 3 negatives the cap leaves 1
+    # sample but 2 positives are missing, and the gate is already open: stop at 4.
+    # "one_label": 4 negatives, same shortfall, but one more sample could open the gate: it
+    # draws to the cap.
+    sampler = SequentialSampler(
+        k_pos=3, k_neg=1, max_samples_per_prompt=5, max_overshoot_fraction=0
+    )
+    driver = StreamDriver({"mixed": [1, 0, 0, 0, 1], "one_label": [0, 0, 0, 0, 1]})
     driver.run_step(sampler)
-    # draws: 3 (k_pos + k_neg), then 2 (missing positives) would reach 5: allowed, = cap.
-    assert [d.num_samples for d in driver.log] == [3, 2]
-    sampler = SequentialSampler(k_pos=2, k_neg=1, max_samples_per_prompt=4, chunk_growth=0)
-    driver = StreamDriver({"a": [0, 0, 0, 0]})
-    driver.run_step(sampler)
-    # after 3 negatives the cap leaves 1 sample but 2 positives are missing: stop at 3.
-    assert [d.num_samples for d in driver.log] == [3]
-    assert sampler.verdict("a") is PromptStatus.UNRESOLVED
+    assert driver.served == {"mixed": 4, "one_label": 5}
+    assert sampler.verdict("mixed") is PromptStatus.UNRESOLVED
+    assert sampler.verdict("one_label") is PromptStatus.UNRESOLVED
 
 
 def test_streaming_dispatches_the_moment_a_result_returns() -> None:
@@ -80,26 +76,37 @@ def test_streaming_dispatches_the_moment_a_result_returns() -> None:
     sampler.start_step(0, ["a", "b"], no_history(["a", "b"]))
     first = sampler.next()
     assert {d.prompt_id for d in first} == {"a", "b"}
-    sampler.observe("a", [0, 0, 0, 0])
+    sampler.observe("a", [0] * first[0].num_samples)
     follow_up = sampler.next()
     assert [d.prompt_id for d in follow_up] == ["a"]
     assert follow_up[0].index == 1
 
 
-def test_chunks_grow_with_evidence_and_at_most_by_growth() -> None:
-    # A p = 0 prompt, no spare slots: 4, then min(growth·4, what 0.9 confidence wants), then
-    # the rest of the cap (docstring example: 4, 16, 12).
-    sampler = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=32, chunk_growth=4)
+def test_draw_sizes_follow_the_draw_rule_and_history() -> None:
+    # The sampler's draws are exactly DrawRule.chunk's, whatever the engines hold: a prompt
+    # showing only negatives soon takes the rest of its cap; one seen hopeless in earlier steps
+    # (EMA pseudo-counts 0/14) starts with a much larger draw.
+    rule = StoppingRule(k_pos=2, k_neg=2, max_samples=32)
+    draw = DrawRule(rule=rule, max_overshoot_fraction=0.05)
+    expected, pos, neg = [], 0, 0
+    while not rule.stops(pos, neg):
+        expected.append(draw.chunk(positives=pos, negatives=neg))
+        neg += expected[-1]
+    sampler = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=32)
     driver = StreamDriver({"a": [0] * 32})
     driver.run_step(sampler)
-    assert [d.num_samples for d in driver.log] == [4, 16, 12]
-    # With idle slots for a first draw of 8 (T = 16 for 2 prompts) it takes two waits: 8, 24.
-    sampler = SequentialSampler(
-        k_pos=2, k_neg=2, max_samples_per_prompt=32, target_in_flight_samples=16
-    )
-    driver = StreamDriver({"a": [0] * 32, "b": [1, 0] * 16})
-    driver.run_step(sampler)
-    assert [d.num_samples for d in driver.log if d.prompt_id == "a"] == [8, 24]
+    assert [d.num_samples for d in driver.log] == expected
+    assert len(expected) <= 4 and expected[-1] > 8  # few waits: the tail is taken at once
+
+    seen = {"a": PromptHistory(pass_rate=0.06, samples=16, grad_norm=None, ema_negatives=14.0)}
+    sampler = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=32)
+    sampler.start_step(0, ["a"], seen)
+    first = draw.chunk(positives=0, negatives=0, history=(0.0, 14.0))
+    assert [d.num_samples for d in sampler.next()] == [first]
+    assert first >= 3 * expected[0]
+    blind = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=32, use_history=False)
+    blind.start_step(0, ["a"], seen)
+    assert [d.num_samples for d in blind.next()] == [expected[0]]
 
 
 def test_rounds_mode_barrier_and_counts() -> None:
@@ -160,15 +167,13 @@ def test_global_budget_stops_prompts_and_counts_them() -> None:
     k_neg=st.integers(0, 3),
     cap=st.integers(6, 40),
     budget=st.one_of(st.none(), st.integers(0, 120)),
-    growth=st.sampled_from([0.0, 1.0, 2.0, 4.0]),
-    target=st.one_of(st.none(), st.integers(1, 64)),
+    epsilon=st.sampled_from([0.0, 0.05, 0.3, math.inf]),
     mode=st.sampled_from(["streaming", "rounds"]),
 )
-def test_invariants_on_random_streams(
-    data, k_pos, k_neg, cap, budget, growth, target, mode
-) -> None:
+def test_invariants_on_random_streams(data, k_pos, k_neg, cap, budget, epsilon, mode) -> None:
     """Caps and the step budget are never exceeded; a prompt is resolved iff its stream meets the
-    quotas within what was drawn; exit indices are where the rule says."""
+    quotas within what was drawn; streaming prompts stop exactly where the one-at-a-time rule
+    does, plus at most the last draw's overshoot."""
     if k_pos + k_neg == 0:
         k_pos = 1
     round_repeat, max_rounds = 1, 1
@@ -189,8 +194,7 @@ def test_invariants_on_random_streams(
         max_samples_per_prompt=cap,
         max_samples_per_step=budget,
         mode=mode,
-        chunk_growth=growth,
-        target_in_flight_samples=target,
+        max_overshoot_fraction=epsilon,
         round_repeat=round_repeat,
         max_rounds=max_rounds,
     )
@@ -198,22 +202,24 @@ def test_invariants_on_random_streams(
     driver.run_step(sampler)
     if budget is not None:
         assert sum(driver.served.values()) <= budget
+    exit_rule = StoppingRule(k_pos=k_pos, k_neg=k_neg, max_samples=cap, futility=False)
+    rule = StoppingRule(k_pos=k_pos, k_neg=k_neg, max_samples=cap)
     for pid, stream in streams.items():
         drawn = driver.served[pid]
         assert drawn <= cap
-        exit_at = exit_index(stream[:drawn], k_pos, k_neg)
+        positives = sum(stream[:drawn])
+        resolved = positives >= k_pos and drawn - positives >= k_neg
         verdict = sampler.verdict(pid)
-        assert verdict is (
-            PromptStatus.RESOLVED if exit_at is not None else PromptStatus.UNRESOLVED
-        )
-        if mode == "streaming" and growth == 0 and exit_at is not None:
-            assert drawn == exit_at  # exact mode never overshoots
-        if verdict is PromptStatus.UNRESOLVED and budget is None and mode == "streaming":
-            # Unresolved only at the cap, or when even the whole rest of it could not resolve.
-            missing = max(0, k_pos - sum(stream[:drawn])) + max(
-                0, k_neg - (drawn - sum(stream[:drawn]))
-            )
-            assert drawn == cap or cap - drawn < missing
+        assert verdict is (PromptStatus.RESOLVED if resolved else PromptStatus.UNRESOLVED)
+        if mode == "streaming" and budget is None:
+            stop = stop_index(stream, rule)
+            assert stop is not None and drawn >= stop  # never before the rule stops
+            draws = [d.num_samples for d in driver.log if d.prompt_id == pid]
+            assert drawn - stop < draws[-1]  # only the last draw overshoots
+            if epsilon == 0:
+                assert drawn == stop  # ε = 0 never overshoots
+        if mode == "rounds" and resolved:
+            assert drawn - stop_index(stream, exit_rule) < round_repeat
 
 
 def test_state_dict_mid_step_makes_the_same_decisions() -> None:
@@ -273,60 +279,8 @@ def test_duplicate_prompt_ids_are_refused() -> None:
         sampler.start_step(0, ["a", "a"], no_history(["a"]))
 
 
-def test_resolve_probability_is_the_beta_binomial() -> None:
-    # Jeffreys prior, no data: P(one sample is positive) = E[p] = 1/2.
-    assert resolve_probability(
-        1, positives=0, negatives=0, need_pos=1, need_neg=0
-    ) == pytest.approx(0.5)
-    # After 1 positive, 1 negative: p ~ Beta(1.5, 1.5); P(2 samples hold >= 1 of each)
-    # = 2·E[p(1-p)] = 2·ab/((a+b)(a+b+1)) = 2·2.25/(3·4) = 0.375.
-    assert resolve_probability(
-        2, positives=1, negatives=1, need_pos=1, need_neg=1
-    ) == pytest.approx(0.375)
-    # Impossible chunk: fewer samples than the quotas need.
-    assert resolve_probability(2, positives=0, negatives=0, need_pos=2, need_neg=1) == 0.0
-    # Monotone in the chunk size, tending to 1.
-    probs = [
-        resolve_probability(c, positives=1, negatives=7, need_pos=2, need_neg=0)
-        for c in range(1, 80)
-    ]
-    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(probs))
-    assert probs[-1] > 0.9
-
-
-def test_smallest_resolving_chunk_matches_a_linear_scan() -> None:
-    for positives, negatives, need_pos, need_neg in [(0, 4, 2, 0), (1, 7, 1, 1), (3, 0, 0, 2)]:
-        for confidence in (0.5, 0.9):
-            scan = next(
-                (
-                    c
-                    for c in range(need_pos + need_neg, 41)
-                    if resolve_probability(
-                        c,
-                        positives=positives,
-                        negatives=negatives,
-                        need_pos=need_pos,
-                        need_neg=need_neg,
-                    )
-                    >= confidence
-                ),
-                40,
-            )
-            found = smallest_resolving_chunk(
-                positives=positives,
-                negatives=negatives,
-                need_pos=need_pos,
-                need_neg=need_neg,
-                confidence=confidence,
-                low=need_pos + need_neg,
-                high=40,
-            )
-            assert found == scan
-
-
 def test_validation_names_the_problem() -> None:
     with pytest.raises(ValueError, match="no prompt could ever resolve"):
         SequentialSampler(k_pos=4, k_neg=4, max_samples_per_prompt=6)
-    with pytest.raises(ValueError, match="chunk_growth"):
-        SequentialSampler(k_pos=1, k_neg=1, max_samples_per_prompt=6, chunk_growth=0.5)
-    assert math.isfinite(SequentialSampler(k_pos=1, k_neg=1, max_samples_per_prompt=6).chunk_growth)
+    with pytest.raises(ValueError, match="max_overshoot_fraction must be >= 0"):
+        SequentialSampler(k_pos=1, k_neg=1, max_samples_per_prompt=6, max_overshoot_fraction=-1)

@@ -109,7 +109,6 @@ def _run_cheap_builders(tmp_path: Path) -> None:
             max_samples_per_prompt=32,
         )
     )
-    build_allocator(config.allocator, target_in_flight_samples=256)
     task = TaskConfig()
     build_prompt_source(task)
     build_test_examples(task)

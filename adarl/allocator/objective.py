@@ -1,0 +1,163 @@
+"""What a configured allocator optimises, said in one line and backed by the exact implied weight.
+
+`declare_objective(config)` turns an `AllocatorConfig` into an `ObjectiveDeclaration`: the
+objective f the run's gradient estimates in expectation (E[ĝ] = w(p)·∇p with w = f' times a gate),
+stated with its gate where the gate is unavoidable (the per-prompt cap), and the exact implied
+weight w(p) on a grid of pass rates from `adarl.algo.implied.implied_weight` under the sampler's
+real draw law. Every run prints it at start and records it in `summary.json` and the W&B config,
+e.g. "this run optimises log p (weight 1/p), gated by 1 - (1 - p)^15 at cap 16".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from adarl.algo.implied import implied_weight, log_gate
+from adarl.algo.objectives import get_objective
+from adarl.config.allocator import AllocatorConfig
+
+PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
+_WEIGHT_TEXT = {
+    "linear": "p (weight 1)",
+    "log": "log p (weight 1/p)",
+    "arcsin": "2·arcsin √p (weight 1/√(p(1-p)))",
+}
+_UNIFORM_TEXT = {
+    "grpo": "GRPO's implicit objective (2·arcsin √p as n → ∞; small groups gate it flat)",
+    "dr_grpo": "p (weight (n-1)/n)",
+    "rloo": "p (weight 1)",
+    "reinforce_baseline": "p (weight 1)",
+    "ada_est": "log p (Ada-Est: weight ≈ 1/p with a sample-mean loss)",
+}
+
+
+@dataclass(frozen=True)
+class ObjectiveDeclaration:
+    statement: str  # one line: what the run optimises
+    exact: bool  # the statement is exact (closed form checked against `implied_weight`)
+    # implied weight w(p) and, when an objective is declared, w(p)/f'(p) (the gate), by p
+    implied_weight: dict[str, float] = field(default_factory=dict)
+    gate: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "statement": self.statement,
+            "exact": self.exact,
+            "implied_weight": dict(self.implied_weight),
+            "gate": dict(self.gate),
+        }
+
+    def console(self) -> str:
+        gates = ", ".join(f"{p}: {g:.3f}" for p, g in self.gate.items())
+        weights = ", ".join(f"{p}: {w:.3g}" for p, w in self.implied_weight.items())
+        detail = f"gate w/f' by p: {gates}" if gates else f"implied weight w by p: {weights}"
+        return f"this run optimises {self.statement} [{detail}]"
+
+
+def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
+    seq, group = config.sequential, config.group
+    rounds = seq.mode == "rounds"
+    cap = seq.round_repeat * seq.max_rounds if rounds else config.max_samples_per_prompt
+    kwargs: dict[str, Any] = {"max_samples": cap}
+    if config.sampler == "seq_pos":
+        kwargs["k"] = seq.k_pos
+    else:
+        kwargs["k_pos"], kwargs["k_neg"] = seq.k_pos, seq.k_neg
+    if rounds:
+        kwargs["round_size"] = seq.round_repeat
+    else:
+        kwargs["max_overshoot_fraction"] = seq.max_overshoot_fraction
+        kwargs["initial_samples"] = seq.initial_samples
+    return implied_weight(
+        p,
+        estimator=config.sampler,
+        group_size=group.group_size if group.group_size is not None else 4,
+        correction=group.correction,
+        objective=group.objective,
+        alpha=group.objective_alpha,
+        pass_rate_estimate=group.pass_rate_estimate,
+        unresolved_policy=group.unresolved_policy,
+        clip_delta=group.clip_delta,
+        **kwargs,
+    )
+
+
+def declare_objective(config: AllocatorConfig) -> ObjectiveDeclaration:
+    """The objective `config` optimises (see the module docstring)."""
+    p = np.array(PASS_RATES)
+    labels = [f"{x:g}" for x in PASS_RATES]
+    group = config.group
+    sequential = config.sampler in ("seq_pos", "seq_balance") and group.advantage == "pool"
+    if sequential:
+        weights = _sequential_weights(config, p)
+        seq = config.sequential
+        cap = (
+            seq.round_repeat * seq.max_rounds
+            if seq.mode == "rounds"
+            else config.max_samples_per_prompt
+        )
+        if group.correction == "selection":
+            declared = get_objective(group.objective, alpha=group.objective_alpha)
+            gate = weights / np.asarray(declared.w(p))
+            name = _WEIGHT_TEXT.get(group.objective, f"p^{group.objective_alpha:g}")
+            closed = log_gate(p, max_samples=cap)
+            exact = bool(
+                group.objective == "log"
+                and group.pass_rate_estimate == "unbiased"
+                and group.unresolved_policy == "keep_available"
+                and np.allclose(gate, closed, rtol=1e-9)
+            )
+            if exact:
+                statement = f"{name}, gated by 1 - (1 - p)^{cap - 1} at cap {cap}"
+            else:
+                statement = (
+                    f"{name}, times a gate from the cap ({cap}) and the "
+                    f"{group.pass_rate_estimate} pass-rate estimate (see the gate by p)"
+                )
+            return ObjectiveDeclaration(
+                statement=statement,
+                exact=exact,
+                implied_weight=dict(zip(labels, map(float, weights), strict=True)),
+                gate=dict(zip(labels, map(float, gate), strict=True)),
+            )
+        return ObjectiveDeclaration(
+            statement=(
+                f"the implied objective of pooled advantages with correction "
+                f"{group.correction!r} (no declared f; weight w(p) by p)"
+            ),
+            exact=False,
+            implied_weight=dict(zip(labels, map(float, weights), strict=True)),
+        )
+    if group.advantage in ("grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline"):
+        n = config.samples_per_prompt if group.group_size is None else group.group_size
+        weights = implied_weight(
+            p,
+            estimator=group.advantage,
+            group_size=n,
+            raft_normalization=group.raft_normalization,
+        )
+        if group.advantage == "raft":
+            text = (
+                "p (weight 1)"
+                if group.raft_normalization == "group"
+                else f"log p (weight 1/p), gated by 1 - (1 - p)^{n}"
+            )
+        else:
+            text = _UNIFORM_TEXT[group.advantage]
+        prefix = ""
+        if config.sampler == "dynamic_filter":
+            prefix = "on groups with mixed outcomes only (refilled), "
+        return ObjectiveDeclaration(
+            statement=f"{prefix}{text}, with groups of n = {n}",
+            # closed forms (adarl.algo.implied) for all but GRPO's
+            exact=config.sampler == "uniform" and group.advantage != "grpo",
+            implied_weight=dict(zip(labels, map(float, weights), strict=True)),
+        )
+    return ObjectiveDeclaration(
+        statement=_UNIFORM_TEXT.get(group.advantage, group.advantage)
+        + f" (sampler {config.sampler!r})",
+        exact=False,
+    )

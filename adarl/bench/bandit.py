@@ -1,0 +1,341 @@
+"""Exact softmax bandits through the real rollout phase: does a configuration optimise what it
+declares? (`python -m adarl.bench objective`; the statistical tests use the same functions.)
+
+Each prompt x is a tabular softmax policy over 4 responses, π_x = softmax(θ_x) = [p, q, q, q]
+with q = (1 - p)/3, response 0 the only correct one. For a sampled response a,
+∇_θ log π_x(a) = e_a - π_x and ∇_θ p = p·(e_0 - π_x), so a group's gradient estimate
+ĝ_x = (1/n)·Σ_j A_j (e_{a_j} - π_x) is known exactly from the responses the real components chose
+and the advantages they assigned.
+
+`measure(config, ...)` runs steps of the driver's own rollout phase (`adarl.driver.collect_groups`)
+with the real `BudgetAllocator` (sampler + group builder) built from `config`, a `RewardPool`, and a
+`SimulatedRolloutPool` (`engines × slots` of simulated continuous batching: the order and
+concurrency results come back in) over a `BanditEngine`; fresh prompts every step, so every
+prompt-step is an independent draw. It returns, per pass rate, the mean of ĝ and its standard
+error, the target w(p)·∇p with w the exact implied weight of the configuration under the sampler's
+real draw law (`adarl.algo.implied.implied_weight`), the effective weight ŵ = ⟨ĝ, ∇p⟩/|∇p|², and the
+mean samples drawn per prompt against the draw law's exact E[N] (`adarl.algo.drawing`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from adarl.algo.drawing import DrawRule, expected_samples_drawn
+from adarl.algo.implied import implied_weight, log_gate
+from adarl.algo.stopping import StoppingRule
+from adarl.allocator import build_allocator
+from adarl.config.allocator import AllocatorConfig
+from adarl.driver import collect_groups
+from adarl.models.tokenizer import build_char_tokenizer
+from adarl.reward.base import VerifierResult
+from adarl.reward.pool import RewardPool
+from adarl.rollout.codec import PromptCodec
+from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
+from adarl.types import (
+    Completion,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    TaskExample,
+)
+
+RESPONSES = 4  # response 0 is correct
+
+
+def policy(p: float) -> np.ndarray:  # [4]
+    return np.array([p] + [(1.0 - p) / (RESPONSES - 1)] * (RESPONSES - 1))
+
+
+class BanditEngine:
+    """A `RolloutEngine` whose policy for a prompt is `policy(p)`, p read from the prompt text
+    ("b<index>:<p>"); response a is the single token of the character str(a)."""
+
+    def __init__(self) -> None:
+        self.tokenizer = build_char_tokenizer()
+        self._tokens = [self.tokenizer.convert_tokens_to_ids(str(a)) for a in range(RESPONSES)]
+        self._version = 0
+        self._rates: dict[tuple[int, ...], float] = {}
+
+    def pass_rate(self, prompt_token_ids: Sequence[int]) -> float:
+        key = tuple(prompt_token_ids)
+        if key not in self._rates:
+            text = self.tokenizer.decode(list(prompt_token_ids), skip_special_tokens=True)
+            self._rates[key] = float(text.split(":")[1])
+        return self._rates[key]
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        results = []
+        for request in requests:
+            probs = policy(self.pass_rate(request.prompt_token_ids))
+            rng = np.random.default_rng(request.seed)
+            actions = rng.choice(RESPONSES, size=request.num_samples, p=probs)
+            completions = tuple(
+                Completion(
+                    token_ids=(self._tokens[a],),
+                    logprobs=(math.log(probs[a]),),
+                    finish_reason=FinishReason.STOP,
+                    text=str(a),
+                )
+                for a in actions
+            )
+            results.append(GenerationResult(request.request_id, completions, self._version))
+        return results
+
+    def score(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+    ) -> list[list[float]]:
+        """Log-probs of given responses (temperature 1: the bandit's policy has no logits)."""
+        out = []
+        for prompt, response in zip(prompt_token_ids, response_token_ids, strict=True):
+            probs = policy(self.pass_rate(prompt))
+            out.append([math.log(probs[self._tokens.index(t)]) for t in response])
+        return out
+
+    def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        self._version = int(version)
+
+    def weight_version(self) -> int:
+        return self._version
+
+
+class BanditVerifier:
+    def verify(self, response: str, example: TaskExample) -> VerifierResult:
+        return VerifierResult(reward=1.0 if response == "0" else 0.0)
+
+
+@dataclass(frozen=True)
+class WeightCheck:
+    """What the real components estimated for prompts of pass rate p, against the exact target."""
+
+    p: float
+    trials: int  # prompt-steps
+    mean_gradient: np.ndarray  # [4] mean of ĝ
+    se_gradient: np.ndarray  # [4] its standard error
+    target_gradient: np.ndarray  # [4] w_implied(p)·∇p
+    implied_weight: float  # w of the configuration under the real draw law
+    effective_weight: float  # ŵ = ⟨mean ĝ, ∇p⟩/|∇p|²
+    se_effective_weight: float
+    samples_drawn: float  # mean pool size
+    se_samples_drawn: float
+    expected_samples: float | None  # the draw law's exact E[N] (sequential samplers)
+
+    @property
+    def z_scores(self) -> np.ndarray:  # [4]
+        return (self.mean_gradient - self.target_gradient) / self.se_gradient
+
+
+def _implied(config: AllocatorConfig, p: float) -> float:
+    group, seq = config.group, config.sequential
+    if config.sampler in ("seq_pos", "seq_balance"):
+        rounds = seq.mode == "rounds"
+        kwargs = (
+            {"k": seq.k_pos}
+            if config.sampler == "seq_pos"
+            else {
+                "k_pos": seq.k_pos,
+                "k_neg": seq.k_neg,
+            }
+        )
+        if rounds:
+            kwargs |= {"round_size": seq.round_repeat}
+        else:
+            kwargs |= {
+                "max_overshoot_fraction": seq.max_overshoot_fraction,
+                "initial_samples": seq.initial_samples,
+            }
+        return float(
+            implied_weight(
+                p,
+                estimator=config.sampler,
+                group_size=group.group_size,
+                correction=group.correction,
+                objective=group.objective,
+                alpha=group.objective_alpha,
+                pass_rate_estimate=group.pass_rate_estimate,
+                max_samples=seq.round_repeat * seq.max_rounds
+                if rounds
+                else config.max_samples_per_prompt,
+                unresolved_policy=group.unresolved_policy,
+                clip_delta=group.clip_delta,
+                **kwargs,
+            )
+        )
+    n = config.samples_per_prompt if group.group_size is None else group.group_size
+    return float(implied_weight(p, estimator=group.advantage, group_size=n))
+
+
+def _expected_samples(config: AllocatorConfig, p: float) -> float | None:
+    seq = config.sequential
+    if config.sampler not in ("seq_pos", "seq_balance") or seq.mode != "streaming":
+        return None
+    k_neg = 0 if config.sampler == "seq_pos" else seq.k_neg
+    rule = StoppingRule(k_pos=seq.k_pos, k_neg=k_neg, max_samples=config.max_samples_per_prompt)
+    draw = DrawRule(
+        rule=rule,
+        max_overshoot_fraction=seq.max_overshoot_fraction,
+        initial_samples=seq.initial_samples,
+    )
+    return expected_samples_drawn(p, draw)
+
+
+def measure(
+    config: AllocatorConfig,
+    *,
+    pass_rates: Sequence[float],
+    prompts_per_rate: int,
+    steps: int,
+    latency: LatencyModel,
+    seed: int = 0,
+) -> list[WeightCheck]:
+    """Run `steps` rollout phases of `config` on fresh bandit prompts (module docstring)."""
+    engine = BanditEngine()
+    codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
+    group_size = config.group.group_size or config.samples_per_prompt
+    per_rate = len(pass_rates) * prompts_per_rate
+    config = AllocatorConfig(**{**config.__dict__, "prompts_per_step": per_rate, "seed": seed})
+    allocator = build_allocator(config)
+    gradients: dict[float, list[np.ndarray]] = {p: [] for p in pass_rates}
+    drawn: dict[float, list[int]] = {p: [] for p in pass_rates}
+    with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
+        for step in range(steps):
+            examples = [
+                TaskExample(
+                    prompt_id=f"s{step}b{i}",
+                    prompt=f"b{i}:{p!r}",
+                    answer="0",
+                    task="bandit",
+                )
+                for i, p in enumerate(p for p in pass_rates for _ in range(prompts_per_rate))
+            ]
+            rate = {e.prompt_id: float(e.prompt.split(":")[1]) for e in examples}
+            pool = SimulatedRolloutPool(
+                engine=engine,
+                latency=latency,
+                is_correct=lambda _request, completion: completion.text == "0",
+                seed=seed * 100_003 + step,
+            )
+            phase = collect_groups(
+                step,
+                examples,
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=NoPrompts(),
+                codec=codec,
+                clock=pool.now,
+            )
+            for group in phase.result.groups:
+                p = rate[group.prompt_id]
+                pi = policy(p)
+                g = np.zeros(RESPONSES)
+                for scored, advantage in zip(group.rollouts, group.advantages, strict=True):
+                    g += advantage * (np.eye(RESPONSES)[int(scored.rollout.completion.text)] - pi)
+                gradients[p].append(g / group_size)
+                drawn[p].append(group.pool_size)
+            # Prompts that kept no group (dropped) contribute a zero gradient.
+            kept = {g.prompt_id for g in phase.result.groups}
+            for pid, p in rate.items():
+                if pid not in kept:
+                    gradients[p].append(np.zeros(RESPONSES))
+    checks = []
+    for p in pass_rates:
+        g = np.array(gradients[p])  # [T, 4]
+        grad_p = p * (np.eye(RESPONSES)[0] - policy(p))
+        weights = g @ grad_p / (grad_p @ grad_p)  # per-trial projection on ∇p
+        w = _implied(config, p)
+        sizes = np.array(drawn[p], dtype=float)
+        checks.append(
+            WeightCheck(
+                p=p,
+                trials=len(g),
+                mean_gradient=g.mean(axis=0),
+                se_gradient=g.std(axis=0, ddof=1) / math.sqrt(len(g)),
+                target_gradient=w * grad_p,
+                implied_weight=w,
+                effective_weight=float(weights.mean()),
+                se_effective_weight=float(weights.std(ddof=1) / math.sqrt(len(g))),
+                samples_drawn=float(sizes.mean()),
+                se_samples_drawn=float(sizes.std(ddof=1) / math.sqrt(len(sizes))),
+                expected_samples=_expected_samples(config, p),
+            )
+        )
+    return checks
+
+
+class NoPrompts:
+    """A prompt source with nothing to add (samplers that never ask for more prompts)."""
+
+    def next_batch(self, num_examples: int) -> list[TaskExample]:
+        return []
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+def table(checks: Sequence[WeightCheck], *, cap: int | None = None) -> str:
+    rows = [
+        "| p | trials | effective w·p (± SE) | implied w·p | gated target 1-(1-p)^(cap-1) | "
+        "samples drawn (± SE) | exact E[N] of the draw law |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        target = f"{float(log_gate(c.p, max_samples=cap)):.3f}" if cap else "n/a"
+        expected = f"{c.expected_samples:.2f}" if c.expected_samples is not None else "n/a"
+        rows.append(
+            f"| {c.p:g} | {c.trials} | {c.effective_weight * c.p:.3f} ± "
+            f"{c.se_effective_weight * c.p:.3f} | {c.implied_weight * c.p:.3f} | {target} | "
+            f"{c.samples_drawn:.2f} ± {c.se_samples_drawn:.2f} | {expected} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from hydra import compose, initialize_config_dir
+
+    from adarl.launch import CONFIG_DIR, load_config
+
+    parser = argparse.ArgumentParser(
+        prog="python -m adarl.bench objective", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--experiment", default="ada_seq_balance")
+    parser.add_argument("--prompts-per-rate", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--engines", type=int, nargs="*", default=[1, 4])
+    parser.add_argument("--slots", type=int, default=256)
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    args = parser.parse_args(argv)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        config = load_config(
+            compose(
+                config_name="config", overrides=[f"+experiment={args.experiment}", *args.overrides]
+            )
+        ).allocator
+    cap = config.max_samples_per_prompt if config.sampler in ("seq_pos", "seq_balance") else None
+    for engines in args.engines:
+        checks = measure(
+            config,
+            pass_rates=(0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9),
+            prompts_per_rate=args.prompts_per_rate,
+            steps=args.steps,
+            latency=LatencyModel(engines=engines, slots=args.slots),
+        )
+        print(f"\n{args.experiment}, {engines} engines × {args.slots} slots")
+        print(table(checks, cap=cap))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
