@@ -7,19 +7,23 @@ then checks. A chunk that contains the rule's stopping time t* (counted from now
 samples the one-at-a-time rule would not have drawn: the overshoot. Rollouts are compute, so adarl
 prices chunks explicitly (seed 001 §"decouple the sampling budget"; MATH.md §Stopping rules):
 
-**The draw rule** (`DrawRule.chunk`). With counts (N⁺, N⁻) and ε = `max_overshoot_fraction`,
+**The draw rule** (`DrawRule.chunk`). With counts (N⁺, N⁻), N = N⁺ + N⁻, and
+ε = `max_overshoot_fraction`,
 
-    c = max{ c ∈ [m, cap - N] : E[(c - t*)⁺] ≤ ε · E[min(c, t*)] }
+    c = max{ c ∈ [m, cap - N] : E[(c - t*)⁺] ≤ ε · (N + E[min(c, t*)]) }
 
-i.e. the chunk's expected waste is at most ε times its expected useful samples; m is the fewest
-samples after which the rule could stop resolved (`StoppingRule.min_additional`). Expectations are
-under the posterior predictive of the prompt's outcomes: a prior over p on a grid
-(`PassRatePrior`, Jeffreys by default) updated with the prompt's counts and its history. Summed
-over a prompt's chunks, useful samples add up to the rule's stopping time T', so under the model
-E[overshoot] ≤ ε · E[T']: the sampler draws at most (1 + ε)× the one-at-a-time rule's samples. A
-chunk that cannot overshoot costs nothing, so a prompt that has shown 0 positives in 8 takes the
-rest of its cap at once, while a p ≈ ½ prompt near its exit takes one or two more. ε = 0 draws only
-samples that cannot overshoot; ε = inf draws the whole cap at once.
+i.e. a draw's expected waste is at most ε times the samples of the pool that are useful: the N
+already drawn (none was wasted, or the rule would have stopped) plus the draw's own useful ones;
+m is the fewest samples after which the rule could stop resolved (`StoppingRule.min_additional`).
+Expectations are under the posterior predictive of the prompt's outcomes: a prior over p on a grid
+(`PassRatePrior`, Jeffreys by default) updated with the prompt's counts and its history. Only the
+draw in which the rule stops wastes anything, so under the model the sampler draws about
+(1 + ε)× the one-at-a-time rule's samples (the exact ratio by p: `draw_law`; ≤ 1.15 at the
+default ε). Because the bound grows with the pool, a prompt deep into its cap can take large
+draws: a prompt that has shown 0 positives in 8 takes most of the rest at once, one that needs
+its last positive at p ≈ 0.05 takes a few large draws instead of dribbling one sample per wait,
+and a p ≈ ½ prompt near its exit takes one or two. ε = 0 draws only samples that cannot
+overshoot; ε = inf draws the whole cap at once.
 
 The rule depends on the prompt's own outcomes and history only, never on the engines' occupancy or
 on other prompts, so the law of a prompt's pool is a property of (p, rule, ε, prior, history):
@@ -198,9 +202,11 @@ class DrawRule:
             positives=positives + history[0], negatives=negatives + history[1]
         )
         keep = weights > 1e-15  # grid points the counts have ruled out cost nothing
-        # waste(c) ≤ ε·useful(c), with useful(c) = E[min(c, t*)] = c - waste(c). waste is convex
-        # (its increments are Pr[t* ≤ c]), so the affordable sizes are an interval [0, c_max]:
-        # look ahead by doubling horizons until the bound breaks or the room is used up.
+        # waste(c) ≤ ε·useful with useful = the pool's samples so far plus this draw's useful
+        # ones, N + c - waste(c). waste is convex in c (its increments are Pr[t* ≤ c]) and the
+        # bound linear, so the affordable sizes are an interval [0, c_max]: look ahead by
+        # doubling horizons until the bound breaks or the room is used up.
+        drawn = positives + negatives
         horizon = max(floor, 8)
         while True:
             waste = expected_overshoot(
@@ -213,7 +219,7 @@ class DrawRule:
                     horizon=horizon,
                 )
             )
-            bound = epsilon / (1.0 + epsilon) * np.arange(waste.size)
+            bound = epsilon / (1.0 + epsilon) * (drawn + np.arange(waste.size))
             broken = np.flatnonzero(waste[floor:] > bound[floor:] + _TOLERANCE)
             if broken.size:
                 return max(floor, floor + int(broken[0]) - 1)

@@ -75,11 +75,16 @@ class PassRateMix:
         return 1.0
 
 
+def _bin_label(low: float, high: float) -> str:
+    return f"{low:g}" if low == high else f"({low:g}, {high:g})"
+
+
 def p_bin(p: float) -> str:
+    """The `P_BINS` label of a true pass rate: exact 0 and 1 alone, open intervals between."""
     for low, high in P_BINS:
-        if (low == high == p) or (low < p <= high and low != high and p < 1.0):
-            return f"{low:g}" if low == high else f"({low:g}, {high:g}]"
-    return "1"
+        if low == high == p or low < p < high or (high < 1.0 and p == high and low != high):
+            return _bin_label(low, high)
+    raise AssertionError(f"pass rate {p} fell outside every bin")
 
 
 @dataclass
@@ -105,8 +110,10 @@ def fake_world(num_prompts: int, seed: int) -> FakeWorld:
     examples, script, rates = [], {}, {}
     for i in range(num_prompts):
         a, b = rng.randrange(100, 1000), rng.randrange(100, 1000)
+        # Fresh ids per world: an allocator shared across steps must not take one world's
+        # prompt for another's (its history would carry over).
         example = TaskExample(
-            prompt_id=f"q{i}", prompt=f"{a}+{b}=", answer=str(a + b), task="arithmetic"
+            prompt_id=f"w{seed}q{i}", prompt=f"{a}+{b}=", answer=str(a + b), task="arithmetic"
         )
         examples.append(example)
         rates[example.prompt_id] = mix.draw(rng)
@@ -391,7 +398,7 @@ def per_bin(run: Comparison) -> list[tuple[str, int, float, float, float, float]
             expected = terminal_counts(p, k_pos=K, k_neg=K, max_samples=CAP).expected_samples()
             rows[p_bin(p)].append((drawn, expected, outcome.draws[pid]))
     out = []
-    for label in [p_bin(low if low == high else high) for low, high in P_BINS]:
+    for label in [_bin_label(low, high) for low, high in P_BINS]:
         cells = rows.get(label, [])
         if not cells:
             continue

@@ -11,6 +11,7 @@ from adarl.algo.drawing import (
     DrawRule,
     PassRatePrior,
     draw_law,
+    expected_draws,
     expected_overshoot,
     expected_samples_drawn,
     stop_time_distribution,
@@ -64,16 +65,20 @@ def test_the_draw_law_is_a_distribution_and_never_stops_before_the_rule(epsilon:
 
 
 def test_epsilon_bounds_the_extra_samples() -> None:
-    """Under the Jeffreys prior the bound is Bayesian; at the true p the measured ratio stays
-    ≤ 1.1 for the default ε = 0.05 (the allocator tests check it through the real sampler)."""
-    draw = DrawRule(rule=RULE, max_overshoot_fraction=0.05)
+    """Under the Jeffreys prior the bound is Bayesian; at the true p the exact ratio stays
+    ≤ 1.13 for the default ε = 0.03 at cap 16 (the allocator tests check it through the real
+    sampler), and a larger ε buys fewer waits with more samples."""
+    draw = DrawRule(rule=RULE, max_overshoot_fraction=0.03)
+    cheap = DrawRule(rule=RULE, max_overshoot_fraction=0.2)
     for p in (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9):
         one_at_a_time = terminal_counts(p, k_pos=2, k_neg=2, max_samples=16).expected_samples()
-        assert expected_samples_drawn(p, draw) <= 1.1 * one_at_a_time
+        assert expected_samples_drawn(p, draw) <= 1.13 * one_at_a_time
+        assert expected_samples_drawn(p, cheap) >= expected_samples_drawn(p, draw)
+        assert expected_draws(p, cheap) <= expected_draws(p, draw)
 
 
 def test_a_prompt_showing_one_label_soon_takes_its_cap() -> None:
-    draw = DrawRule(rule=StoppingRule(2, 2, 32), max_overshoot_fraction=0.05)
+    draw = DrawRule(rule=StoppingRule(2, 2, 32), max_overshoot_fraction=0.03)
     chunks, negatives = [], 0
     while not draw.rule.stops(0, negatives):
         chunks.append(draw.chunk(positives=0, negatives=negatives))
@@ -129,7 +134,7 @@ def test_log_objective_gate_is_exact_for_every_draw_rule(epsilon: float, estimat
 
 
 def test_the_pool_estimate_is_biased_under_the_same_draws() -> None:
-    """What `pass_rate_estimate=pool` (the released code) costs: up to 34% on the weight."""
+    """What `pass_rate_estimate=pool` (the released code) costs: 7% to 32% on the weight."""
     p = np.array([0.05, 0.5, 0.9])
     weight = implied_weight(
         p,
@@ -139,7 +144,7 @@ def test_the_pool_estimate_is_biased_under_the_same_draws() -> None:
         objective="log",
         pass_rate_estimate="pool",
         max_samples=16,
-        max_overshoot_fraction=0.05,
+        max_overshoot_fraction=0.03,
     )
     ratio = weight * p / log_gate(p, max_samples=16)
     assert ratio[0] < 0.98 and ratio[2] > 1.3

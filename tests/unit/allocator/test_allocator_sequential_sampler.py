@@ -87,7 +87,7 @@ def test_draw_sizes_follow_the_draw_rule_and_history() -> None:
     # showing only negatives soon takes the rest of its cap; one seen hopeless in earlier steps
     # (EMA pseudo-counts 0/14) starts with a much larger draw.
     rule = StoppingRule(k_pos=2, k_neg=2, max_samples=32)
-    draw = DrawRule(rule=rule, max_overshoot_fraction=0.05)
+    draw = DrawRule(rule=rule, max_overshoot_fraction=0.03)  # the default
     expected, pos, neg = [], 0, 0
     while not rule.stops(pos, neg):
         expected.append(draw.chunk(positives=pos, negatives=neg))
@@ -96,14 +96,14 @@ def test_draw_sizes_follow_the_draw_rule_and_history() -> None:
     driver = StreamDriver({"a": [0] * 32})
     driver.run_step(sampler)
     assert [d.num_samples for d in driver.log] == expected
-    assert len(expected) <= 4 and expected[-1] > 8  # few waits: the tail is taken at once
+    assert len(expected) <= 4 and max(expected) > 8  # few waits: most of the tail at once
 
     seen = {"a": PromptHistory(pass_rate=0.06, samples=16, grad_norm=None, ema_negatives=14.0)}
     sampler = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=32)
     sampler.start_step(0, ["a"], seen)
     first = draw.chunk(positives=0, negatives=0, history=(0.0, 14.0))
     assert [d.num_samples for d in sampler.next()] == [first]
-    assert first >= 3 * expected[0]
+    assert first >= 2 * expected[0]
     blind = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=32, use_history=False)
     blind.start_step(0, ["a"], seen)
     assert [d.num_samples for d in blind.next()] == [expected[0]]
