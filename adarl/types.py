@@ -123,12 +123,19 @@ class Group:
     pool_size: int  # samples drawn for this prompt this step (kept or not)
     pool_positives: int
     resolved: bool  # whether the stopping rule's exit condition was met
+    # How much each rollout of the group counts in the loss normalisers (TrainBatch.
+    # sequence_weights): 1, or n/N when a whole pool of N trains as n sequences' worth.
+    sequence_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if len(self.rollouts) != len(self.advantages):
             raise ValueError(
                 f"Group {self.prompt_id!r}: {len(self.rollouts)} rollouts but "
                 f"{len(self.advantages)} advantages"
+            )
+        if not self.sequence_weight > 0:
+            raise ValueError(
+                f"Group {self.prompt_id!r}: sequence_weight must be > 0, got {self.sequence_weight}"
             )
 
 
@@ -143,6 +150,9 @@ class TrainBatch:
     advantages: torch.Tensor  # [B, T] float, per-token weight (0 outside the response)
     prompt_index: torch.Tensor  # [B] long, which prompt (group) each sequence belongs to
     weight_versions: torch.Tensor | None = None  # [B] long, policy version of each sequence
+    # [B] float, how much each sequence counts in the loss's whole-batch normalisers (token and
+    # sequence counts; adarl.learner.batching.BatchCounts); None = 1 each.
+    sequence_weights: torch.Tensor | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -166,6 +176,9 @@ class TrainBatch:
             advantages=self.advantages[index, :length],
             prompt_index=self.prompt_index[index],
             weight_versions=(None if self.weight_versions is None else self.weight_versions[index]),
+            sequence_weights=(
+                None if self.sequence_weights is None else self.sequence_weights[index]
+            ),
         )
 
     @staticmethod
@@ -176,11 +189,13 @@ class TrainBatch:
             for gi, group in enumerate(groups)
             for scored, adv in zip(group.rollouts, group.advantages, strict=True)
         ]
+        weights = [groups[g].sequence_weight for _, _, g in rows]
         return TrainBatch.from_rollouts(
             [r for r, _, _ in rows],
             advantages=[a for _, a, _ in rows],
             prompt_index=[g for _, _, g in rows],
             pad_token_id=pad_token_id,
+            sequence_weights=None if all(w == 1.0 for w in weights) else weights,
         )
 
     @staticmethod
@@ -190,6 +205,7 @@ class TrainBatch:
         advantages: Sequence[float],
         prompt_index: Sequence[int],
         pad_token_id: int,
+        sequence_weights: Sequence[float] | None = None,
     ) -> TrainBatch:
         import torch
 
@@ -220,6 +236,11 @@ class TrainBatch:
             prompt_index=torch.tensor(list(prompt_index), dtype=torch.long),
             weight_versions=torch.tensor(
                 [s.rollout.weight_version for s in rollouts], dtype=torch.long
+            ),
+            sequence_weights=(
+                None
+                if sequence_weights is None
+                else torch.tensor(list(sequence_weights), dtype=torch.float32)
             ),
         )
 

@@ -144,6 +144,7 @@ def _sequential_cells(
     max_overshoot_fraction: float | None,
     initial_samples: int | None,
     history: tuple[float, float],
+    whole_pool: bool,
 ) -> list[tuple[float, int, int, float, float]]:
     if max_samples is None:
         raise ValueError(f"estimator={estimator!r} needs max_samples (the per-prompt cap)")
@@ -157,6 +158,7 @@ def _sequential_cells(
         rule = {"k_pos": kp, "k_neg": kn, "max_samples": max_samples, "round_size": round_size}
     selection: dict[str, object] = {
         "group_size": group_size,
+        "whole_pool": whole_pool,
         "unresolved_policy": unresolved_policy,
         "correction": correction,
         "objective": objective,
@@ -216,14 +218,24 @@ def _pool_cell(
     pass_rate: float | None,
     selection: dict[str, object],
 ) -> tuple[float, int, int, float, float]:
-    """(prob, n⁺, n⁻, A⁺, A⁻) of one pool: the very downsample and correction training uses."""
+    """(prob, n⁺, n⁻, A⁺, A⁻) of one pool: the very downsample and correction training uses.
+
+    `selection["whole_pool"]`: the pool of N is the group (adarl.allocator.group_builder with
+    group_size None): advantages for a group of N, scaled by n/N (n = `group_size`)."""
+    options = dict(selection)
+    whole_pool = bool(options.pop("whole_pool", False))
+    n = int(options["group_size"])  # type: ignore[call-overload]
+    if whole_pool:
+        options["group_size"] = pool.size
     kept, adv = downsample_and_correct(
         pool,
         resolved=resolved,
         pass_rate=pass_rate,
         order="earliest",  # any within-label order gives the same counts
-        **selection,  # type: ignore[arg-type]
+        **options,  # type: ignore[arg-type]
     )
+    if whole_pool:
+        adv = adv * (n / pool.size)
     return (probability, *_split(pool[kept] > 0.5, adv))
 
 
@@ -297,6 +309,7 @@ def implied_weight(
     max_overshoot_fraction: float | None = None,
     initial_samples: int | None = None,
     history: tuple[float, float] = (0.0, 0.0),
+    whole_pool: bool = False,
     grpo_eps: float = GRPO_EPS,
     ada_est_eps: float = 1e-6,
     raft_normalization: str = "group",
@@ -314,6 +327,9 @@ def implied_weight(
       (the true p; also Ada-Est's baseline), or "unbiased" (`rao_blackwell_pass_rate` under the
       stopping rule; with chunked draws, on the one-at-a-time prefix:
       `adarl.algo.drawing.unbiased_pass_rate`).
+    whole_pool: the sequential estimators train on the whole pool of N instead of a group of
+      `group_size` (n): advantages for a group of N scaled by n/N, normaliser n (what the group
+      builder does with group_size None).
     max_overshoot_fraction: None = the pool is drawn one sample at a time (or in rounds of
       `round_size`); a number = a streaming sampler's chunked draws (`adarl.algo.drawing.
       DrawRule` with this ε, `initial_samples` and the prompt's `history` pseudo-counts), whose
@@ -365,6 +381,7 @@ def implied_weight(
                 max_overshoot_fraction=max_overshoot_fraction,
                 initial_samples=initial_samples,
                 history=history,
+                whole_pool=whole_pool,
             )
         out[index] = _weight_from_cells(pv, group_size, cells)
     return out

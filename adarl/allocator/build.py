@@ -97,6 +97,7 @@ def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
         positive_threshold=config.positive_threshold,
         clip_delta=group.clip_delta,
         pass_rate_estimate=group.pass_rate_estimate,
+        pool_sequences=config.samples_per_prompt,
         ada_est_eps=config.estimation.epsilon,
         seed=seed_or_default(config.seed),
     )

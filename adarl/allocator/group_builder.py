@@ -8,6 +8,11 @@ Two families of advantage, picked by `advantage`:
 * `pool` (Reinforce-Ada): `selection.downsample_and_correct`: a balanced group of n from the
   whole pool, advantages from the pool baseline p̃ under `correction` (`none` is the released
   script's A = r - p̃; `selection` makes the group estimate w(p̃)∇p for the declared objective).
+  With `group_size=None` the whole pool of N is trained on instead (no sample discarded): the
+  pool is the group, its advantages are scaled by n/N and each of its sequences counts n/N in the
+  loss normalisers (`Group.sequence_weight`, n = `pool_sequences`), so every prompt weighs what
+  a kept group of n would and the declared objective is unchanged (the selection correction is
+  unbiased for any kept split).
 * a uniform-group estimator (`grpo`, `dr_grpo`, `rloo`, `raft`, `reinforce_baseline`, `ada_est`,
   from `adarl.algo.advantages`) applied to the kept group. A pool larger than n is first cut to
   n by the same balanced downsample, which changes what these estimators estimate: use them
@@ -80,6 +85,7 @@ class GroupBuilder:
         clip_delta: float = 1e-3,
         ada_est_eps: float = 0.05,
         pass_rate_estimate: str = "unbiased",
+        pool_sequences: int = 4,
         seed: int = 0,
     ) -> None:
         if group_size is not None and group_size < 1:
@@ -106,6 +112,9 @@ class GroupBuilder:
                 f"pass_rate_estimate must be 'unbiased' or 'pool', got {pass_rate_estimate!r}"
             )
         self.pass_rate_estimate = pass_rate_estimate
+        if pool_sequences < 1:
+            raise ValueError(f"pool_sequences must be >= 1, got {pool_sequences}")
+        self.pool_sequences = pool_sequences
         self.seed = seed
 
     def build(
@@ -161,6 +170,13 @@ class GroupBuilder:
                 advantages = self._uniform_advantages(rewards[kept], prior_pass_rate)
         if kept.size == 0:
             return None
+        weight = 1.0
+        if self.advantage is AdvantageMode.POOL and self.group_size is None:
+            # A whole pool of N trains as `pool_sequences` sequences' worth, whatever N: its
+            # estimate (1/N)Σ_j A_j ∇log π_j is scaled by n/N, and each of its sequences counts
+            # n/N in the loss normalisers, so a prompt weighs what a kept group of n would.
+            weight = self.pool_sequences / len(pool)
+            advantages = advantages * weight
         return Group(
             prompt_id=prompt_id,
             rollouts=tuple(pool[int(i)] for i in kept),
@@ -170,6 +186,7 @@ class GroupBuilder:
                 positive_mask(rewards, positive_threshold=self.positive_threshold).sum()
             ),
             resolved=resolved,
+            sequence_weight=weight,
         )
 
     def pool_pass_rate(self, rewards: np.ndarray, law: SequentialLaw | None) -> float | None:

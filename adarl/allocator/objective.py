@@ -71,10 +71,12 @@ def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
     else:
         kwargs["max_overshoot_fraction"] = seq.max_overshoot_fraction
         kwargs["initial_samples"] = seq.initial_samples
+    whole_pool = group.group_size is None
     return implied_weight(
         p,
         estimator=config.sampler,
-        group_size=group.group_size if group.group_size is not None else 4,
+        group_size=config.samples_per_prompt if whole_pool else group.group_size,
+        whole_pool=whole_pool,
         correction=group.correction,
         objective=group.objective,
         alpha=group.objective_alpha,

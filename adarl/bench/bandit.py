@@ -160,7 +160,8 @@ def _implied(config: AllocatorConfig, p: float) -> float:
             implied_weight(
                 p,
                 estimator=config.sampler,
-                group_size=group.group_size,
+                group_size=group.group_size or config.samples_per_prompt,
+                whole_pool=group.group_size is None,
                 correction=group.correction,
                 objective=group.objective,
                 alpha=group.objective_alpha,

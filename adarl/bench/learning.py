@@ -71,6 +71,8 @@ ARMS: tuple[Arm, ...] = (
     Arm("dapo", "dapo"),
     Arm("ada_seq_pos", "ada_seq_pos"),
     Arm("ada_seq_balance", "ada_seq_balance"),
+    # The same sampler trained on whole pools (nothing drawn is discarded; issue 10).
+    Arm("ada_seq_balance_whole_pool", "ada_seq_balance", ("allocator.group.group_size=null",)),
     Arm("reinforce_ada_reference", "reinforce_ada_reference"),
     Arm("rloo", "rloo"),
 )

@@ -120,11 +120,6 @@ def validate_combinations(config: AdarlConfig) -> None:
                 f"{alloc.sequential.k_pos}, k_neg={alloc.sequential.k_neg}; set "
                 f"allocator.sequential.k_pos and k_neg to at least {group.group_size // 2}"
             )
-    if group.advantage == "pool" and group.correction == "selection" and group.group_size is None:
-        raise ValueError(
-            "allocator.group.correction=selection needs a fixed allocator.group.group_size "
-            "(the correction is defined for downsampled groups of size n)"
-        )
     if group.advantage != "pool" and group.correction != "none":
         raise ValueError(
             f"allocator.group.correction={group.correction!r} applies to pooled advantages "

@@ -10,7 +10,9 @@
     prompts_per_step: prompts the driver draws per step; the dynamic filter's target number of
         trained groups.
     samples_per_prompt: responses per prompt for "uniform" and "dynamic_filter"; the mean
-        responses per prompt for "ada_est" and "gvm" (their step budget is this × prompts).
+        responses per prompt for "ada_est" and "gvm" (their step budget is this × prompts); for
+        the sequential samplers with `group.group_size: null` (train on whole pools), how many
+        sequences' worth a prompt's pool weighs in the loss.
     max_samples_per_prompt: per-prompt cap for the sequential samplers, "ada_est" and "gvm".
     max_samples_per_step: global cap on responses drawn in one step (counted at dispatch, never
         exceeded); None = prompts_per_step × max_samples_per_prompt for the sequential
@@ -61,7 +63,9 @@
     gvm_alpha, gvm_beta: GVM's weight w_i = G_i / √(p_i + α / p_i^(β-1)).
 
 `GroupConfig` (`adarl.allocator.group_builder`)
-    group_size: responses trained on per prompt (n); None = the whole pool.
+    group_size: responses trained on per prompt (n); None = the whole pool (nothing drawn is
+        discarded; with pooled advantages each prompt's pool weighs `samples_per_prompt`
+        sequences in the loss, see `adarl.allocator.group_builder`).
     advantage: "pool" (Reinforce-Ada: pool baseline + `correction`) or a uniform-group
         estimator: "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est".
     correction: for "pool": "none" (A = r - p̃, the released script), "std", "selection",

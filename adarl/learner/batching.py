@@ -18,17 +18,31 @@ from adarl.types import TrainBatch
 
 @dataclass(frozen=True)
 class BatchCounts:
-    """Whole-batch normalisers of the loss (adarl.algo.loss): the same on every rank."""
+    """Whole-batch normalisers of the loss (adarl.algo.loss): the same on every rank.
+
+    `loss_tokens` / `loss_sequences` are the counts the loss divides by: each sequence counts
+    `TrainBatch.sequence_weights[b]` (1 by default), so a whole pool of N samples can train as n
+    sequences' worth (adarl.allocator.group_builder).
+    """
 
     num_tokens: int  # response tokens
     num_sequences: int  # sequences with at least one response token
+    loss_tokens: float  # Σ_b w_b · (response tokens of b)
+    loss_sequences: float  # Σ_b w_b over sequences with at least one response token
 
     @staticmethod
     def of(batch: TrainBatch) -> BatchCounts:
         response_lengths = batch.response_mask.sum(dim=1)
+        has_response = response_lengths > 0
+        if batch.sequence_weights is None:
+            weights = has_response.float()
+        else:
+            weights = batch.sequence_weights.float() * has_response
         return BatchCounts(
             num_tokens=int(response_lengths.sum()),
-            num_sequences=int((response_lengths > 0).sum()),
+            num_sequences=int(has_response.sum()),
+            loss_tokens=float((weights * response_lengths).sum()),
+            loss_sequences=float(weights.sum()),
         )
 
 

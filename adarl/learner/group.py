@@ -209,8 +209,8 @@ class LearnerGroup:
                     Learner.train_step,
                     shard,
                     num_micro_batches=num_micro,
-                    global_num_tokens=counts.num_tokens,
-                    global_num_sequences=counts.num_sequences,
+                    global_num_tokens=counts.loss_tokens,
+                    global_num_sequences=counts.loss_sequences,
                 )
                 for h, shard in zip(self._handles, shards, strict=True)
             ]

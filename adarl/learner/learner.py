@@ -452,8 +452,8 @@ class Learner:
         batch: TrainBatch,
         *,
         num_micro_batches: int,
-        global_num_tokens: int,
-        global_num_sequences: int,
+        global_num_tokens: float,
+        global_num_sequences: float,
     ) -> RankStepResult:
         """One optimizer step on this rank's shard; gradients are summed over all ranks.
 

@@ -90,6 +90,7 @@ def test_draws_do_not_depend_on_how_many_engine_slots_there_are() -> None:
 @pytest.mark.parametrize(
     ("sampler", "correction", "estimate"),
     [
+        ("seq_balance", "selection+whole_pool", "unbiased"),
         ("seq_pos", "selection", "unbiased"),
         ("seq_balance", "none", "pool"),
         ("seq_balance", "std", "pool"),
@@ -105,11 +106,13 @@ def test_every_correction_optimises_its_implied_objective(
     """Whatever the correction and pass-rate estimate, the mean gradient is the exact implied
     weight under the real draw law (`implied_weight(..., max_overshoot_fraction=ε)`) times ∇p,
     within 3 SE per component (≥ 1,280 prompt-steps per p: a 15% bias would fail)."""
+    whole_pool = correction.endswith("+whole_pool")
     config = _allocator(
         "+experiment=ada_seq_balance",
         f"allocator.sampler={sampler}",
-        f"allocator.group.correction={correction}",
+        f"allocator.group.correction={correction.removesuffix('+whole_pool')}",
         f"allocator.group.pass_rate_estimate={estimate}",
+        *(["allocator.group.group_size=null"] if whole_pool else []),
     )
     checks = measure(
         config,

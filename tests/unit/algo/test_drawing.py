@@ -133,6 +133,23 @@ def test_log_objective_gate_is_exact_for_every_draw_rule(epsilon: float, estimat
     np.testing.assert_allclose(weight * p, log_gate(p, max_samples=16), rtol=1e-10)
 
 
+def test_whole_pools_keep_the_declared_gate() -> None:
+    """Training on the whole pool (no downsampling) optimises the same gated log objective."""
+    p = np.array([0.05, 0.2, 0.5, 0.9])
+    weight = implied_weight(
+        p,
+        estimator="seq_balance",
+        group_size=4,
+        whole_pool=True,
+        correction="selection",
+        objective="log",
+        pass_rate_estimate="unbiased",
+        max_samples=16,
+        max_overshoot_fraction=0.03,
+    )
+    np.testing.assert_allclose(weight * p, log_gate(p, max_samples=16), rtol=1e-10)
+
+
 def test_the_pool_estimate_is_biased_under_the_same_draws() -> None:
     """What `pass_rate_estimate=pool` (the released code) costs: 7% to 32% on the weight."""
     p = np.array([0.05, 0.5, 0.9])

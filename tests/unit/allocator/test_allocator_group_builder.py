@@ -9,6 +9,7 @@ from adarl.algo.advantages import grpo_advantages, reinforce_baseline_advantages
 from adarl.algo.allocation import ema_pass_rate_update
 from adarl.algo.selection import corrected_advantages
 from adarl.allocator.group_builder import GroupBuilder
+from adarl.learner.batching import BatchCounts
 from adarl.allocator.metrics import pass_rate_bin, step_metrics
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.allocator.stats import PromptStatsStore
@@ -265,3 +266,32 @@ def test_gvm_min_samples_key_reaches_the_sampler() -> None:
         sampler="gvm", estimation=EstimationConfig(min_samples_per_prompt=3, gvm_presamples=8)
     )
     assert build_sampler(config).min_samples_per_prompt == 3
+
+
+def test_whole_pool_trains_every_sample_as_n_sequences_worth() -> None:
+    # Pool of 8 (3 positives), selection for log with the pool mean p̃ = 3/8: a group of N = 8
+    # gives A⁺ = (1 - p̃)·8/3, A⁻ = -(1 - p̃)·8/5; scaled by n/N = 4/8, each sequence counting 1/2.
+    rewards = [1, 0, 0, 1, 0, 0, 1, 0]
+    builder = GroupBuilder(
+        group_size=None,
+        correction="selection",
+        objective="log",
+        pass_rate_estimate="pool",
+        pool_sequences=4,
+    )
+    group = builder.build(
+        prompt_id="p", pool=pool_of(rewards), resolved=True, step=0, prior_pass_rate=0.5
+    )
+    assert group is not None and len(group.rollouts) == 8  # nothing discarded
+    assert group.sequence_weight == 0.5
+    h = 1 - 3 / 8
+    expected = [h * 8 / 3 * 0.5 if r else -h * 8 / 5 * 0.5 for r in rewards]
+    assert group.advantages == pytest.approx(expected)
+    # Its total positive weight is h·n, as for a kept group of n = 4.
+    assert sum(a for a in group.advantages if a > 0) == pytest.approx(h * 4)
+    batch = TrainBatch.from_groups([group], pad_token_id=0)
+    assert batch.sequence_weights is not None
+    assert batch.sequence_weights.tolist() == [0.5] * 8
+    counts = BatchCounts.of(batch)
+    assert (counts.num_sequences, counts.loss_sequences) == (8, 4.0)
+    assert (counts.num_tokens, counts.loss_tokens) == (24, 12.0)
