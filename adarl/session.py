@@ -28,9 +28,9 @@ from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
-from adarl.models.loading import load_tokenizer, resolve_model_config
+from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
 from adarl.reward.registry import build_reward_pool, build_verifier
-from adarl.rollout.codec import PromptCodec
+from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.pool import build_rollout_pool
 from adarl.run import RunSummary
 from adarl.tasks.build import build_prompt_source, build_test_examples
@@ -84,9 +84,24 @@ class TrainingSession:
         self.started = time.perf_counter()
         # Data first: a task that cannot fill a step fails before any actor or model starts.
         # The run's own verifier vets the task's answers at load time (an answer it cannot read is
-        # a bad row, never a silent p = 0 prompt).
+        # a bad row, never a silent p = 0 prompt), and the codec each prompt as the model will see
+        # it (its length in the context, the answer instruction). Built-ins' tokenizers need no
+        # model build.
         verifier = build_verifier(config.task.verifier_name, config.reward)
-        self.prompts = build_prompt_source(config.task, verifier=verifier)
+        self.codec = build_prompt_codec(
+            config.task, config.rollout, load_tokenizer(config.model.name_or_path)
+        )
+        check_prompt = build_prompt_check(
+            config.task,
+            config.rollout,
+            self.codec,
+            model_max_positions=None  # read the model's config only when it is the limit
+            if config.rollout.max_model_len
+            else model_max_positions(config.model),
+        )
+        self.prompts = build_prompt_source(
+            config.task, verifier=verifier, check_prompt=check_prompt
+        )
         num_prompts = len(self.prompts.examples)
         if num_prompts < config.allocator.prompts_per_step:
             raise ValueError(
@@ -113,17 +128,10 @@ class TrainingSession:
 
         # The policy: built and cached once for built-ins; any HF directory otherwise.
         model_path = resolve_model_config(config.model)
-        tokenizer = load_tokenizer(model_path)
-        self.codec = PromptCodec(
-            tokenizer=tokenizer,
-            sampling=config.rollout.sampling_params(
-                stop_token_ids=(tokenizer.eos_token_id,)
-                if tokenizer.eos_token_id is not None
-                else ()
-            ),
-        )
 
-        test_examples = build_test_examples(config.task, verifier=verifier)
+        test_examples = build_test_examples(
+            config.task, verifier=verifier, check_prompt=check_prompt
+        )
         if config.eval.num_prompts:
             test_examples = test_examples[: config.eval.num_prompts]
         # No held-out set (a file task without test_path/test_fraction): no evaluation at all,

@@ -30,6 +30,7 @@ from adarl.config.checkpoint import CheckpointConfig
 from adarl.config.learner import LearnerConfig
 from adarl.config.logger import LoggerConfig
 from adarl.config.model import ModelConfig
+from adarl.config.real_model import check_real_model
 from adarl.config.reward import RewardConfig
 from adarl.config.rollout import RolloutConfig
 from adarl.config.run import ClusterConfig, EvalConfig, TrainerConfig
@@ -126,11 +127,29 @@ def validate_combinations(config: AdarlConfig) -> None:
             f"(allocator.group.advantage=pool) but advantage={group.advantage!r}; set "
             "allocator.group.correction=none or allocator.group.advantage=pool"
         )
-    if (
-        config.model.is_builtin
-        and config.eval.max_new_tokens > config.model.tiny.max_position_embeddings
-    ):
+    positions = config.model.builtin_max_positions
+    if positions is not None and config.eval.max_new_tokens > positions:
         raise ValueError(
             f"eval.max_new_tokens={config.eval.max_new_tokens} exceeds the model's "
-            f"max_position_embeddings={config.model.tiny.max_position_embeddings}"
+            f"max_position_embeddings={positions}"
         )
+    rollout = config.rollout
+    if positions is not None and (rollout.max_model_len or 0) > positions:
+        raise ValueError(
+            f"rollout.max_model_len={rollout.max_model_len} exceeds the built-in model's "
+            f"max_position_embeddings={positions}: lower rollout.max_model_len"
+        )
+    if rollout.max_model_len is not None and config.eval.max_new_tokens >= rollout.max_model_len:
+        raise ValueError(
+            f"eval.max_new_tokens={config.eval.max_new_tokens} leaves no room for a prompt in "
+            f"rollout.max_model_len={rollout.max_model_len}: lower eval.max_new_tokens or raise "
+            "rollout.max_model_len"
+        )
+    tensor_parallel = rollout.tensor_parallel_size
+    if tensor_parallel > 1 and config.cluster.gpus_per_engine < tensor_parallel:
+        raise ValueError(
+            f"rollout.tensor_parallel_size={tensor_parallel} shards each engine over that many "
+            f"GPUs but cluster.gpus_per_engine={config.cluster.gpus_per_engine}: set "
+            f"cluster.gpus_per_engine={tensor_parallel}"
+        )
+    check_real_model(config)

@@ -3,8 +3,12 @@ built-in tiny model is built and warm-started.
 
 `ModelConfig`
     name_or_path: a Hugging Face model directory or hub name, loaded with the standard
-        `AutoModelForCausalLM`/tokenizer code, or a built-in name (`adarl/tiny-arithmetic`) that
-        is built locally from `tiny` and cached.
+        `AutoModelForCausalLM`/tokenizer code, or a built-in name, built locally and cached:
+        `adarl/tiny-arithmetic` (≈0.4M parameters, character tokenizer, warm-started on the
+        arithmetic task from `tiny`) or `adarl/mid-math` (a fixed ≈32M-parameter Qwen2 with a
+        byte-level BPE tokenizer trained locally and a ChatML chat template, randomly
+        initialised: it exercises real lengths and the chat template on CPU, it does not solve
+        anything; adarl/models/mid.py).
     cache_dir: where built-in models are cached (`<cache_dir>/models/<config hash>`); None means
         `$ADARL_CACHE_DIR` or, if unset, `~/.cache/adarl`.
     tiny: architecture and warm start of the built-in tiny model (ignored for other models).
@@ -36,7 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TINY_ARITHMETIC = "adarl/tiny-arithmetic"
-BUILTIN_MODELS: tuple[str, ...] = (TINY_ARITHMETIC,)
+MID_MATH = "adarl/mid-math"
+BUILTIN_MODELS: tuple[str, ...] = (TINY_ARITHMETIC, MID_MATH)
+# The mid-size built-in's longest sequence (its recipe is fixed: adarl/models/mid.py). Here so that
+# validation can check lengths against it without importing torch.
+MID_MATH_MAX_POSITIONS = 4096
 
 
 @dataclass
@@ -96,6 +104,15 @@ class ModelConfig:
     @property
     def is_builtin(self) -> bool:
         return self.name_or_path in BUILTIN_MODELS
+
+    @property
+    def builtin_max_positions(self) -> int | None:
+        """A built-in model's longest sequence in tokens (None for other models)."""
+        if self.name_or_path == TINY_ARITHMETIC:
+            return self.tiny.max_position_embeddings
+        if self.name_or_path == MID_MATH:
+            return MID_MATH_MAX_POSITIONS
+        return None
 
     def validate(self) -> None:
         if not self.name_or_path:

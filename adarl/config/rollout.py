@@ -17,8 +17,13 @@
         (results return call by call) and the unit of load balancing.
     kv_cache_memory_bytes: vLLM KV-cache size; required on CPU (without it vLLM reserves most of
         a NUMA node and fails intermittently); null on GPU to use gpu_memory_utilization.
-    gpu_memory_utilization: fraction of GPU memory vLLM may use when kv_cache_memory_bytes is None.
-    enforce_eager: vLLM without graph capture/compilation (required on CPU; faster start).
+    gpu_memory_utilization: fraction of GPU memory vLLM may use (weights, activations and KV
+        cache) when kv_cache_memory_bytes is None.
+    enforce_eager: vLLM without graph capture/compilation (required on CPU; faster start). On
+        GPUs set it false: CUDA graphs make decoding several times faster.
+    tensor_parallel_size: GPUs one vLLM engine shards the model over (vLLM's tensor
+        parallelism; the CUDA build only: vLLM's CPU build is refused when the engine starts).
+        Each engine actor needs `cluster.gpus_per_engine` >= this many GPUs.
     temperature: sampling temperature T of training rollouts, > 0. The engines report
         log-probs of softmax(logits / T) and the learner trains that same distribution π_T
         (its log-probs, entropy and KL reference are all taken at T; adarl/rollout/common.py).
@@ -53,6 +58,7 @@ class RolloutConfig:
     kv_cache_memory_bytes: int | None = 256 * 1024 * 1024
     gpu_memory_utilization: float = 0.5
     enforce_eager: bool = True
+    tensor_parallel_size: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -89,6 +95,16 @@ class RolloutConfig:
             )
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError("rollout.gpu_memory_utilization must be in (0, 1]")
+        if self.tensor_parallel_size < 1:
+            raise ValueError(
+                f"rollout.tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}"
+            )
+        if self.tensor_parallel_size > 1 and self.engine != "vllm":
+            raise ValueError(
+                f"rollout.tensor_parallel_size={self.tensor_parallel_size} shards a vLLM engine; "
+                f"rollout.engine={self.engine!r} runs on one device: set rollout.engine=vllm or "
+                "rollout.tensor_parallel_size=1"
+            )
         if not self.temperature > 0:
             raise ValueError(
                 f"rollout.temperature={self.temperature}: training rollouts need a temperature "

@@ -26,6 +26,17 @@
     shuffle: visit the prompts in a seeded random order, reshuffled every epoch (else file order).
     seed: seed of that order; None (default) = derived from the root `seed`
         (adarl/config/seeds.py).
+    chat_template: render each prompt with the tokenizer's own chat template (the model
+        directory's `chat_template`) as one user turn, followed by the template's assistant
+        header (its generation prompt). False (default) = raw text: `<bos>` + text, the layout
+        the built-in tiny model is trained on. The same rendering is used in training,
+        evaluation and hinted prompts (adarl/rollout/codec.py); a model without a template is
+        refused when the run starts.
+    system_prompt: text of a system turn before the user turn (needs `chat_template`); None =
+        no system turn (a template may still insert its own default one).
+    instruction_suffix: text appended to every prompt, after a hint if there is one (e.g.
+        " Let's think step by step and output the final answer within \\boxed{}."); applied
+        in both layouts. "" = none.
     arithmetic: the built-in task (`ArithmeticConfig`).
 
 `FieldsConfig` (column names; a dotted path reads nested records: "reward_model.ground_truth",
@@ -134,9 +145,18 @@ class TaskConfig:
     max_prompt_chars: int = 8192
     shuffle: bool = True
     seed: int | None = None
+    chat_template: bool = False
+    system_prompt: str | None = None
+    instruction_suffix: str = ""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
 
     def validate(self) -> None:
+        if self.system_prompt is not None and not self.chat_template:
+            raise ValueError(
+                "task.system_prompt needs task.chat_template=true (a system turn exists only in "
+                "a chat template); with raw text, put the instruction in "
+                "task.instruction_suffix instead"
+            )
         if self.source not in SOURCES:
             raise ValueError(f"task.source={self.source!r} must be one of {SOURCES}")
         if self.on_bad_row not in ON_BAD_ROW:

@@ -3,6 +3,9 @@
 `resolve_model_path` is the one place a model name becomes a path: for a built-in it returns the
 cached build (building it the first time), for anything else the name unchanged, which the engines
 and `load_policy` hand to the standard `from_pretrained` loaders exactly as on a cluster.
+Built-ins: `adarl/tiny-arithmetic` (adarl/models/tiny.py) and `adarl/mid-math`
+(adarl/models/mid.py). A built-in's tokenizer is rebuilt by name without building the model
+(`load_tokenizer`), so the data can be checked before any model exists.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
@@ -23,7 +27,15 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from adarl.config.model import BUILTIN_MODELS, TINY_ARITHMETIC, ModelConfig, TinyModelConfig
+from adarl.config.model import (
+    BUILTIN_MODELS,
+    MID_MATH,
+    TINY_ARITHMETIC,
+    ModelConfig,
+    TinyModelConfig,
+)
+from adarl.models.bpe import build_bpe_tokenizer
+from adarl.models.mid import build_mid_model_dir
 from adarl.models.tiny import build_tiny_model_dir
 from adarl.models.tokenizer import build_char_tokenizer
 
@@ -77,9 +89,11 @@ def resolve_model_path(
     """A path or hub name `from_pretrained` understands; builds (once) and caches built-ins."""
     if name_or_path not in BUILTIN_MODELS:
         return name_or_path
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if name_or_path == MID_MATH:
+        return str(build_mid_model_dir(root))
     if name_or_path != TINY_ARITHMETIC:
         raise AssertionError(f"built-in {name_or_path!r} has no recipe")
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     tiny = tiny or TinyModelConfig()
     return str(
         build_tiny_model_dir(
@@ -100,6 +114,8 @@ def resolve_model_config(config: ModelConfig) -> str:
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """The tokenizer saved with a model directory or hub name; a built-in's own tokenizer."""
+    if name_or_path == MID_MATH:
+        return build_bpe_tokenizer()  # deterministic: identical to the saved copy
     if name_or_path in BUILTIN_MODELS:
         return build_char_tokenizer()  # identical to the saved copy; no model build needed
     path = name_or_path
@@ -109,6 +125,16 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
         if saved_class in _PLAIN_FAST_TOKENIZER_CLASSES:
             return PreTrainedTokenizerFast.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path)
+
+
+def model_max_positions(config: ModelConfig) -> int | None:
+    """The model's longest sequence (`max_position_embeddings`) without loading its weights:
+    from the recipe for built-ins, from its `config.json` otherwise (None if it has none)."""
+    if config.builtin_max_positions is not None:
+        return config.builtin_max_positions
+    hf_config = AutoConfig.from_pretrained(config.name_or_path)
+    positions = getattr(hf_config, "max_position_embeddings", None)
+    return int(positions) if positions is not None else None
 
 
 def load_policy(

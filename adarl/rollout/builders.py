@@ -31,6 +31,7 @@ def engine_class_and_kwargs(
             "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
             "gpu_memory_utilization": config.gpu_memory_utilization,
             "enforce_eager": config.enforce_eager,
+            "tensor_parallel_size": config.tensor_parallel_size,
         }
     if config.engine == "hf":
         from adarl.rollout.hf_engine import HFEngine

@@ -14,7 +14,7 @@ sampler does). Temperature 0 is greedy: argmax of the raw logits, log-prob at te
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -192,13 +192,31 @@ class HFEngine:
         return scores
 
     def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        self.load_weight_stream(version, list(weights), iter(weights.items()))
+
+    def load_weight_stream(
+        self,
+        version: int,
+        names: Collection[str],
+        weights: Iterable[tuple[str, torch.Tensor]],
+    ) -> None:
+        """Load a full update given as a stream of (name, tensor): `names` are every name the
+        stream will yield (checked first); each tensor is copied in as it arrives, so a stream
+        received bucket by bucket never holds more than a bucket besides the model."""
         state = self._model.state_dict()
         tied = ["lm_head.weight"] if self._model.config.tie_word_embeddings else []
-        check_weight_names(state.keys(), weights.keys(), optional=tied)
+        check_weight_names(state.keys(), names, optional=tied)
+        seen = 0
         with torch.no_grad():
-            for name, tensor in weights.items():
+            for name, tensor in weights:
+                seen += 1
                 if name in state:
                     state[name].copy_(tensor.detach())
+        if seen != len(names):
+            raise RuntimeError(
+                f"the weight stream yielded {seen} tensors but announced {len(names)}; the "
+                "engine may hold a mix of versions: push the weights again"
+            )
         self._version = int(version)
 
     def weight_version(self) -> int:

