@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from adarl.allocator.allocator import BudgetAllocator, StepResult
+from adarl.allocator.pool_reward import PoolReward
 from adarl.learner.group import LearnerGroup
 from adarl.rollout.codec import PromptCodec
 from adarl.types import (
@@ -65,6 +66,13 @@ class RolloutPoolLike(Protocol):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]: ...
     def submit(self, requests: Sequence[GenerationRequest]) -> None: ...
     def drain_completed(self) -> list[GenerationResult]: ...
+    def score(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+    ) -> list[list[float]]: ...
     def metrics(self) -> dict[str, float]: ...
 
 
@@ -300,6 +308,7 @@ def collect_groups(
     prompts: PromptSourceLike,
     codec: PromptCodec,
     hints: HintSlot | None = None,
+    pool_reward: PoolReward | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> RolloutPhase:
     """One step's rollout phase: stream requests through the engines until the allocator says
@@ -310,12 +319,15 @@ def collect_groups(
             if it wants more prompts (dynamic filter): hand it prompts.next_batch(k)
             else: take every result already back, score them together, and hand them to the
                   allocator in one call; dispatch the follow-up draws they unlock
+        if a pool reward was built (e.g. DRO's R3): rescore the finished pools with one
+            scoring pass on the engines (adarl/allocator/pool_reward.py)
 
     The driver runs exactly this function; `adarl.bench.sampler` and the component tests run it
     with a simulated rollout pool and its virtual `clock`, so what they measure is this loop.
     Timings (on `clock`): `timing/rollout_wait_s` blocked waiting for engines,
     `timing/allocator_s` in allocator calls, `timing/dispatch_s` building and submitting
-    requests; the reward pool reports `timing/reward_s` (scoring) itself.
+    requests, `timing/pool_reward_s` in the pool reward stage; the reward pool reports
+    `timing/reward_s` (scoring) itself.
     """
     phase_start = clock()
     waited = in_allocator = dispatching = 0.0
@@ -376,6 +388,14 @@ def collect_groups(
         state = allocator.update(results=observed)
         in_allocator += clock() - start
         dispatch(state.requests)
+    stage_metrics: dict[str, float] = {}
+    if pool_reward is not None:
+        start = clock()
+        rescored = pool_reward.rescore(allocator.finished_pools(), score=rollout.score)
+        stage_metrics = {**pool_reward.metrics(), "timing/pool_reward_s": clock() - start}
+        start = clock()
+        allocator.rescore_pools(rescored)
+        in_allocator += clock() - start
     pool_metrics = rollout.metrics()
     start = clock()
     result = allocator.finish_step(
@@ -386,6 +406,7 @@ def collect_groups(
         {
             "rollout pool": pool_metrics,
             "reward pool": rewards.metrics(),
+            "pool reward": stage_metrics,
             "rollout phase": {
                 "timing/rollout_wait_s": waited,
                 "timing/allocator_s": in_allocator,
@@ -425,6 +446,7 @@ class Driver:
         prompts_per_step: int,
         positive_threshold: float,
         hints: HintSlot | None = None,
+        pool_reward: PoolReward | None = None,
         on_step_end: Callable[[StepOutcome], None] | None = None,
     ) -> None:
         self.prompts = prompts
@@ -437,6 +459,7 @@ class Driver:
         self.prompts_per_step = prompts_per_step
         self.positive_threshold = positive_threshold
         self.hints = hints
+        self.pool_reward = pool_reward
         self.on_step_end = on_step_end
         self.timer = StageTimer()
         self.rollouts_generated = 0  # training rollouts only (evaluation is counted apart)
@@ -491,6 +514,7 @@ class Driver:
             prompts=self.prompts,
             codec=self.codec,
             hints=self.hints,
+            pool_reward=self.pool_reward,
         )
         self.rollouts_generated += phase.rollouts
         self.tokens_generated += phase.tokens

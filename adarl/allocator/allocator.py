@@ -26,6 +26,7 @@ with the step that produced it and its weight version, until `max_carry_age_step
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any
 
 from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.metrics import step_metrics
+from adarl.allocator.pool_reward import FinishedPool, PoolStatisticsObserver, RescoredPool
 from adarl.allocator.samplers.base import (
     PromptStatus,
     Sampler,
@@ -218,6 +220,43 @@ class BudgetAllocator:
         """Requests dispatched and not yet observed."""
         return len(self._open)
 
+    def finished_pools(self) -> list[FinishedPool]:
+        """The pools that will become groups (resolved or unresolved, not empty), in prompt
+        order: the input of a pool reward stage (adarl/allocator/pool_reward.py), called between
+        `step_complete()` and `finish_step()`."""
+        self._require_complete("finished_pools")
+        kept = (PromptStatus.RESOLVED, PromptStatus.UNRESOLVED)
+        return [
+            FinishedPool(
+                prompt_id=pid, example=self._examples[pid], rollouts=tuple(self._pools[pid])
+            )
+            for pid in self.sampler.prompt_ids()
+            if self._pools[pid] and self.sampler.verdict(pid) in kept
+        ]
+
+    def rescore_pools(self, rescored: Mapping[str, RescoredPool]) -> None:
+        """Replace finished pools' rewards with a pool reward stage's, and hand its statistics
+        to a sampler that reads them (`PoolStatisticsObserver`). Groups, per-prompt statistics
+        and step metrics then use the new rewards."""
+        self._require_complete("rescore_pools")
+        for pid, new in rescored.items():
+            pool = self._pools.get(pid)
+            if pool is None or len(new.rewards) != len(pool):
+                raise ValueError(
+                    f"rescore_pools: prompt {pid!r} has "
+                    f"{'no pool' if pool is None else f'{len(pool)} rollouts'} in step "
+                    f"{self._step} but {len(new.rewards)} rewards were given; rescore exactly "
+                    "the pools finished_pools() returned"
+                )
+            self._pools[pid] = [
+                dataclasses.replace(s, reward=float(r))
+                for s, r in zip(pool, new.rewards, strict=True)
+            ]
+        if isinstance(self.sampler, PoolStatisticsObserver):
+            self.sampler.observe_pool_statistics(
+                {pid: dict(new.statistics) for pid, new in rescored.items()}
+            )
+
     def finish_step(self, *, engine_utilisation: float | None = None) -> StepResult:
         """Build the kept groups, update per-prompt statistics, carry surplus, close the step.
 
@@ -372,6 +411,14 @@ class BudgetAllocator:
     def _require_open(self, what: str) -> None:
         if self._step is None:
             raise RuntimeError(f"{what}: no step is open; call start_step(step, examples) first")
+
+    def _require_complete(self, what: str) -> None:
+        self._require_open(what)
+        if not self.step_complete():
+            raise RuntimeError(
+                f"{what}: step {self._step} is still sampling ({len(self._open)} requests in "
+                "flight); call it once step_complete() is true, before finish_step()"
+            )
 
     def _enter(self, examples: Sequence[TaskExample]) -> None:
         for example in examples:

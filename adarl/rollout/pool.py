@@ -43,6 +43,7 @@ class EngineHandle(Protocol):
     name: str
 
     def generate(self, requests: list[GenerationRequest]) -> Future: ...
+    def score(self, pairs: list[tuple[list[int], list[int]]], temperature: float) -> Future: ...
     def update_weights(self, version: int, weights: Any) -> Future: ...
     def weight_version(self) -> Future: ...
     def share(self, payload: Any) -> Any:
@@ -67,6 +68,10 @@ class LocalEngineHandle:
 
     def generate(self, requests: list[GenerationRequest]) -> Future:
         return self._worker.submit(self._engine.generate, requests)
+
+    def score(self, pairs: list[tuple[list[int], list[int]]], temperature: float) -> Future:
+        prompts, responses = [p for p, _ in pairs], [r for _, r in pairs]
+        return self._worker.submit(self._engine.score, prompts, responses, temperature=temperature)
 
     def update_weights(self, version: int, weights: Any) -> Future:
         return self._worker.submit(self._engine.update_weights, version, weights)
@@ -94,6 +99,10 @@ class RayEngineHandle:
 
     def generate(self, requests: list[GenerationRequest]) -> Future:
         return self._actor.generate.remote(requests).future()
+
+    def score(self, pairs: list[tuple[list[int], list[int]]], temperature: float) -> Future:
+        prompts, responses = [p for p, _ in pairs], [r for _, r in pairs]
+        return self._actor.score.remote(prompts, responses, temperature=temperature).future()
 
     def update_weights(self, version: int, weights: Any) -> Future:
         return self._actor.update_weights.remote(version, weights).future()
@@ -268,6 +277,68 @@ class RolloutPool:
             for result in self._unwrap(engine, future, ids)
         }
         return [by_id[request.request_id] for request in requests]
+
+    def score(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+    ) -> list[list[float]]:
+        """Teacher-forced log π_T(response_i[t] | prompt_i, response_i[:t]) for every pair, in
+        order (`RolloutEngine.score`; π_T = softmax(logits / T), never truncated).
+
+        Batched like generation: the pairs are cut into calls of at most `max_samples_per_call`
+        pairs, each sent to the least-loaded engine (a pair counts as one sample of load while
+        its call runs, and its time as engine busy time), and the calls run concurrently. A
+        barrier, like `generate`: it returns when every call has.
+        """
+        if len(prompt_token_ids) != len(response_token_ids):
+            raise ValueError(
+                f"RolloutPool.score: {len(prompt_token_ids)} prompts but "
+                f"{len(response_token_ids)} responses; pass one response per prompt"
+            )
+        pairs = [
+            (list(prompt), list(response))
+            for prompt, response in zip(prompt_token_ids, response_token_ids, strict=True)
+        ]
+        size = self._max_samples_per_call
+        calls = []
+        for start in range(0, len(pairs), size):
+            chunk = pairs[start : start + size]
+            engine = self._least_loaded()
+            with self._lock:
+                load = self._loads[engine]
+                if load.outstanding_calls == 0:
+                    load.busy_since = time.perf_counter()
+                load.outstanding_calls += 1
+                load.outstanding_samples += len(chunk)
+            future = self._engines[engine].score(chunk, temperature)
+            size_of_call = len(chunk)
+            future.add_done_callback(
+                lambda _, e=engine, n=size_of_call: self._release_score_call(e, n)
+            )
+            calls.append((engine, future, len(chunk)))
+        scores: list[list[float]] = []
+        for engine, future, expected in calls:
+            chunk_scores = self._result_of(self._engines[engine], future)
+            if len(chunk_scores) != expected:
+                raise RuntimeError(
+                    f"rollout engine {self._engines[engine].name} returned {len(chunk_scores)} "
+                    f"scores for {expected} pairs"
+                )
+            scores.extend([float(x) for x in row] for row in chunk_scores)
+        return scores
+
+    def _release_score_call(self, engine: int, pairs: int) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            load = self._loads[engine]
+            load.outstanding_calls -= 1
+            load.outstanding_samples -= pairs
+            if load.outstanding_calls == 0 and load.busy_since is not None:
+                load.busy_s += now - load.busy_since
+                load.busy_since = None
 
     def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
         """Load `weights` on every engine (after their already-queued work) and wait."""

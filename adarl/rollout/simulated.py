@@ -181,6 +181,10 @@ class ContinuousBatchingSimulator:
             done.append(self._completed.popleft()[1])
         return done
 
+    def busy(self) -> bool:
+        """Whether any request is waiting, running or not yet returned."""
+        return bool(self._arrivals or self._left or self._completed)
+
     def busy_slot_s(self) -> float:
         """∫ running sequences dt over every engine, up to now."""
         return sum(e.busy_slot_s for e in self._engines)
@@ -246,6 +250,27 @@ class SimulatedRolloutPool:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Synchronous generation (evaluation): outcomes only, no simulated time."""
         return self.engine.generate(list(requests))
+
+    def score(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        response_token_ids: Sequence[Sequence[int]],
+        *,
+        temperature: float = 1.0,
+    ) -> list[list[float]]:
+        """`RolloutPool.score` (a barrier): the engine's scores, and virtual time for one
+        prefill per pair, the pairs spread evenly over the engines (a scoring pass decodes
+        nothing). Only between rollout phases' sampling: with sequences in flight the simulated
+        engines would have to interleave prefills with decoding, which this model does not."""
+        if self._sim.busy():
+            raise RuntimeError(
+                "SimulatedRolloutPool.score: requests are still in flight; score once every "
+                "submitted request has been drained (the driver scores finished pools)"
+            )
+        scores = self.engine.score(prompt_token_ids, response_token_ids, temperature=temperature)
+        serial = math.ceil(len(prompt_token_ids) / self.latency.engines)
+        self._sim.now_s += serial * self.latency.prefill_s_per_request
+        return scores
 
     def metrics(self) -> dict[str, float]:
         """Utilisation and samples since the previous call (the caller's window), like
