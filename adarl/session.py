@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs
 from adarl.allocator.objective import declare_objective
+from adarl.allocator.variance_filter import build_variance_filter
 from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
 from adarl.cluster import blocking_proxy, ensure_ray, plan_resources, spawn_actor
 from adarl.config import AdarlConfig
@@ -29,6 +30,7 @@ from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metri
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
+from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.pool import build_rollout_pool
@@ -157,6 +159,8 @@ class TrainingSession:
         self._closers.append(self.rewards.close)
 
         kwargs = allocator_kwargs(config.allocator)
+        # DRO's variance filter wraps whichever sampler was built (unchanged when it is off).
+        kwargs["sampler"] = build_variance_filter(config.dro.filter, kwargs["sampler"])
         self.objective = declare_objective(config.allocator)
         log.info("%s", self.objective.console())
         if cluster.in_process:
@@ -199,6 +203,7 @@ class TrainingSession:
             weight_sync=self.weight_sync,
             prompts_per_step=config.allocator.prompts_per_step,
             positive_threshold=config.allocator.positive_threshold,
+            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
             on_step_end=self.on_step_end,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)

@@ -9,6 +9,7 @@ Each area documents its fields once, in its own module's docstring:
 | `reward` | `RewardConfig` | adarl/config/reward.py |
 | `rollout` | `RolloutConfig` | adarl/config/rollout.py |
 | `allocator` | `AllocatorConfig` | adarl/config/allocator.py |
+| `dro` | `DroConfig` | adarl/config/dro.py |
 | `learner` | `LearnerConfig` | adarl/config/learner.py |
 | `logger` | `LoggerConfig` | adarl/config/logger.py |
 | `checkpoint` | `CheckpointConfig` | adarl/config/checkpoint.py |
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from adarl.config.allocator import AllocatorConfig
 from adarl.config.checkpoint import CheckpointConfig
+from adarl.config.dro import DroConfig
 from adarl.config.learner import LearnerConfig
 from adarl.config.logger import LoggerConfig
 from adarl.config.model import ModelConfig
@@ -42,6 +44,7 @@ __all__ = [
     "AllocatorConfig",
     "CheckpointConfig",
     "ClusterConfig",
+    "DroConfig",
     "EvalConfig",
     "LearnerConfig",
     "LoggerConfig",
@@ -66,6 +69,7 @@ class AdarlConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    dro: DroConfig = field(default_factory=DroConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -92,6 +96,7 @@ class AdarlConfig:
             self.reward,
             self.rollout,
             self.allocator,
+            self.dro,
             self.learner,
             self.logger,
             self.checkpoint,
@@ -105,6 +110,9 @@ class AdarlConfig:
 
 def validate_combinations(config: AdarlConfig) -> None:
     alloc = config.allocator
+    config.dro.validate_with(
+        sampler=alloc.sampler, advantage=alloc.group.advantage, task_source=config.task.source
+    )
     group = alloc.group
     if alloc.sampler == "seq_balance" and group.advantage == "pool" and group.group_size:
         if group.group_size % 2:
