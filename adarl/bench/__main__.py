@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "objective": "adarl.bench.bandit",  # exact bandits: does a config optimise what it declares
     "learning": "adarl.bench.learning",  # accuracy per rollout / token / second, arms × seeds
     "overhead": "adarl.bench.overhead",  # share of step time outside the real work
+    "dro": "adarl.bench.dro",  # R3 vs the exact verifier, the variance filter, scoring cost
 }
 
 
