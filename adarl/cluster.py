@@ -8,9 +8,11 @@ pool has one code path for both.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
@@ -31,7 +33,9 @@ def ensure_ray(*, address: str | None = None, num_cpus: int | None = None) -> No
     """Connect to `address` (a running cluster) or start a local one; no-op if connected.
 
     A local cluster runs without the dashboard (its job API would run any code it is sent), and
-    with its host pinned to 127.0.0.1 should a later Ray start it anyway. Ray's own gRPC servers
+    with its host pinned to 127.0.0.1 should a later Ray start it anyway. Its processes carry
+    this process's reaper token (adarl/reaper.py): should this process die without shutting Ray
+    down (SIGKILL, OOM), the reaper kills every one of them. Ray's own gRPC servers
     (GCS, raylet, workers) listen on every interface whatever is passed here (Ray 2.60, measured
     with `ss -ltnp`; `ray.init` even rewrites a node address of 127.0.0.1 to the machine's), so
     on a shared network a firewall, not adarl, keeps them private.
@@ -43,6 +47,10 @@ def ensure_ray(*, address: str | None = None, num_cpus: int | None = None) -> No
     env = {**ACTOR_ENV_VARS, **{k: v for k, v in os.environ.items() if k in ACTOR_ENV_VARS}}
     # Inside `ray job submit` RAY_ADDRESS names the cluster: connect, never size a new one.
     joining = address is not None or bool(os.environ.get("RAY_ADDRESS"))
+    if not joining:
+        from adarl.reaper import start_reaper
+
+        start_reaper()  # before ray.init: the processes it starts inherit the token
     ray.init(
         address=address,
         num_cpus=None if joining else num_cpus,
@@ -94,12 +102,73 @@ class InProcessWorker:
         self._executor.shutdown(wait=True)
 
 
+def is_actor_death(error: BaseException) -> bool:
+    """True when `error` says an actor's process is gone (killed, crashed, its node lost), as
+    opposed to an exception its method raised (Ray wraps those in `RayTaskError`)."""
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:  # the in-process path must not need Ray
+        return False
+    return isinstance(error, RayActorError)
+
+
+def result_within(future: Future[T], timeout_s: float | None, *, waiting_for: str, key: str) -> T:
+    """`future.result()`, or a `TimeoutError` after `timeout_s` naming what was awaited and the
+    config key that sets the limit."""
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(
+            f"{waiting_for} did not finish within {timeout_s:g} s ({key}); raise {key} if it "
+            "is only slow, or look for a stuck or dead worker in the Ray logs"
+        ) from None
+
+
+def results_within(
+    futures: Sequence[Future[T]], timeout_s: float | None, *, waiting_for: str, key: str
+) -> list[T]:
+    """Every future's result, waiting at most `timeout_s` in all; the first failure propagates
+    once every call has finished (so no call is left running behind an error)."""
+    _, pending = concurrent.futures.wait(futures, timeout=timeout_s)
+    if pending:
+        raise TimeoutError(
+            f"{waiting_for}: {len(pending)} of {len(futures)} calls did not finish within "
+            f"{timeout_s:g} s ({key}); raise {key} if they are only slow, or look for a stuck "
+            "or dead worker in the Ray logs"
+        )
+    return [future.result() for future in futures]
+
+
+# -- placement ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """A node of the cluster as the plan sees it: Ray's node id, its address, its capacity."""
+
+    node_id: str | None  # None: the plan is not tied to nodes (one machine, or in-process)
+    address: str
+    cpus: float
+    gpus: float
+
+
 @dataclass(frozen=True)
 class ActorPlacement:
     role: str  # "rollout_engine" | "learner" | "allocator"
     index: int
     num_cpus: float
     num_gpus: float
+    node_id: str | None = None  # the node the plan put it on
+    node_address: str = ""
+
+    def scheduling_strategy(self, *, soft: bool = False) -> Any:
+        """Ray's strategy that puts the actor on its planned node (None when not node-bound).
+        `soft`: prefer the node but go elsewhere when it is gone (restarts after a node loss)."""
+        if self.node_id is None:
+            return None
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=soft)
 
 
 @dataclass(frozen=True)
@@ -117,6 +186,33 @@ class ResourcePlan:
     def of(self, role: str) -> list[ActorPlacement]:
         return [a for a in self.actors if a.role == role]
 
+    def scheduling(self, role: str) -> list[Any]:
+        """Per actor of `role` (by index), the Ray scheduling strategy that places it."""
+        return [a.scheduling_strategy() for a in self.of(role)]
+
+    def describe(self) -> str:
+        """One line per node: which actors the plan put there."""
+        by_node: dict[str, list[str]] = {}
+        for a in self.actors:
+            by_node.setdefault(a.node_address or "any node", []).append(f"{a.role}{a.index}")
+        return "; ".join(f"{node}: {', '.join(names)}" for node, names in by_node.items())
+
+
+def cluster_nodes() -> list[NodeResources]:
+    """The alive nodes of the connected Ray cluster and their total CPUs/GPUs."""
+    import ray
+
+    return [
+        NodeResources(
+            node_id=str(node["NodeID"]),
+            address=str(node.get("NodeManagerAddress", "")),
+            cpus=float(node["Resources"].get("CPU", 0.0)),
+            gpus=float(node["Resources"].get("GPU", 0.0)),
+        )
+        for node in ray.nodes()
+        if node.get("Alive")
+    ]
+
 
 def plan_resources(
     *,
@@ -127,10 +223,21 @@ def plan_resources(
     cpus_per_learner: float,
     gpus_per_learner: float,
     cpus_for_allocator: float,
-    available_cpus: float,
-    available_gpus: float,
+    available_cpus: float | None = None,
+    available_gpus: float | None = None,
+    nodes: Sequence[NodeResources] | None = None,
 ) -> ResourcePlan:
-    """Place every actor, or say which config keys to change. Pure: no Ray, no side effects."""
+    """Place every actor on a node, or say which config keys to change. Pure: no Ray.
+
+    `nodes`: the cluster's nodes (`cluster_nodes()`); without them, one node with
+    `available_cpus` / `available_gpus`. Actors are placed largest first (GPUs, then CPUs), each
+    on the node with the most capacity left that fits it, so they spread over the nodes; the
+    allocator (often 0 CPUs) goes last.
+    """
+    if nodes is None:
+        if available_cpus is None or available_gpus is None:
+            raise ValueError("plan_resources needs nodes= or available_cpus= and available_gpus=")
+        nodes = [NodeResources(None, "", available_cpus, available_gpus)]
     actors = (
         *(
             ActorPlacement("rollout_engine", i, cpus_per_engine, gpus_per_engine)
@@ -143,48 +250,98 @@ def plan_resources(
         ActorPlacement("allocator", 0, cpus_for_allocator, 0.0),
     )
     plan = ResourcePlan(actors=actors)
-    if plan.cpus > available_cpus + 1e-9:
+    total_cpus = sum(n.cpus for n in nodes)
+    total_gpus = sum(n.gpus for n in nodes)
+    if plan.cpus > total_cpus + 1e-9:
         raise ValueError(
             f"the run needs {plan.cpus:g} CPUs ({rollout_engines} rollout engine(s) x "
             f"{cpus_per_engine:g} + {learners} learner(s) x {cpus_per_learner:g} + allocator "
-            f"{cpus_for_allocator:g}) but the cluster has {available_cpus:g}; lower "
+            f"{cpus_for_allocator:g}) but the cluster has {total_cpus:g}; lower "
             "cluster.rollout_engines / cluster.learners or cluster.cpus_per_engine / "
             "cluster.cpus_per_learner (fractions such as 0.5 are allowed)"
         )
-    if plan.gpus > available_gpus + 1e-9:
+    if plan.gpus > total_gpus + 1e-9:
         raise ValueError(
             f"the run needs {plan.gpus:g} GPUs ({rollout_engines} engine(s) x {gpus_per_engine:g} "
             f"+ {learners} learner(s) x {gpus_per_learner:g}) but the cluster has "
-            f"{available_gpus:g}; set cluster.gpus_per_engine / cluster.gpus_per_learner "
+            f"{total_gpus:g}; set cluster.gpus_per_engine / cluster.gpus_per_learner "
             "(0 on a CPU-only machine) or add GPU nodes"
         )
-    return plan
+    free = {i: [node.gpus, node.cpus] for i, node in enumerate(nodes)}
+    placed: dict[tuple[str, int], ActorPlacement] = {}
+    order = sorted(
+        actors, key=lambda a: (a.role == "allocator", -a.num_gpus, -a.num_cpus, a.role, a.index)
+    )
+    for actor in order:
+        fits = [
+            i
+            for i, (gpus, cpus) in free.items()
+            if gpus + 1e-9 >= actor.num_gpus and cpus + 1e-9 >= actor.num_cpus
+        ]
+        if not fits:
+            capacity = ", ".join(
+                f"{node.address or 'node'} {node.cpus:g} CPUs/{node.gpus:g} GPUs" for node in nodes
+            )
+            raise ValueError(
+                f"{actor.role} {actor.index} needs {actor.num_cpus:g} CPUs and "
+                f"{actor.num_gpus:g} GPUs on one node, but after placing the larger actors no "
+                f"node has that much left (nodes: {capacity}); use fractional "
+                "cluster.cpus_per_engine / cluster.cpus_per_learner, fewer actors, or larger "
+                "nodes"
+            )
+        best = max(fits, key=lambda i: (free[i][0], free[i][1], -i))
+        free[best][0] -= actor.num_gpus
+        free[best][1] -= actor.num_cpus
+        placed[(actor.role, actor.index)] = replace(
+            actor, node_id=nodes[best].node_id, node_address=nodes[best].address
+        )
+    return ResourcePlan(actors=tuple(placed[(a.role, a.index)] for a in actors))
 
 
 class _BlockingActorProxy:
-    """Calls an actor's methods synchronously: `proxy.observe(x)` == `ray.get(h.observe.remote(x))`.
+    """Calls an actor's methods synchronously: `proxy.observe(x)` == `ray.get(h.observe.remote(x))`
+    with a time limit (`timeout_s`; `TimeoutError` naming the method and `timeout_key` after it).
 
     Only methods that exist on the wrapped class are reachable, so a typo fails at the call site
     with the class's name instead of inside Ray.
     """
 
-    def __init__(self, handle: Any, cls: type) -> None:
+    def __init__(
+        self, handle: Any, cls: type, *, timeout_s: float | None, timeout_key: str
+    ) -> None:
         self._handle = handle
         self._cls = cls
+        self._timeout_s = timeout_s
+        self._timeout_key = timeout_key
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or not callable(getattr(self._cls, name, None)):
             raise AttributeError(f"{self._cls.__name__} has no public method {name!r}")
         import ray
+        from ray.exceptions import GetTimeoutError
 
         method = getattr(self._handle, name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return ray.get(method.remote(*args, **kwargs))
+            try:
+                return ray.get(method.remote(*args, **kwargs), timeout=self._timeout_s)
+            except GetTimeoutError:
+                raise TimeoutError(
+                    f"{self._cls.__name__}.{name} (a Ray actor) did not return within "
+                    f"{self._timeout_s:g} s ({self._timeout_key}); raise {self._timeout_key} "
+                    "if it is only slow, or look for a stuck or dead actor in the Ray logs"
+                ) from None
 
         return call
 
 
-def blocking_proxy(handle: Any, cls: type[T]) -> T:
-    """View an actor of `cls` as a `cls` whose method calls block: same call sites as in-process."""
-    return cast(T, _BlockingActorProxy(handle, cls))
+def blocking_proxy(
+    handle: Any,
+    cls: type[T],
+    *,
+    timeout_s: float | None = None,
+    timeout_key: str = "faults.allocator_call_timeout_s",
+) -> T:
+    """View an actor of `cls` as a `cls` whose method calls block (at most `timeout_s` each):
+    the same call sites as in-process."""
+    return cast(T, _BlockingActorProxy(handle, cls, timeout_s=timeout_s, timeout_key=timeout_key))
