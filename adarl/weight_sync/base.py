@@ -12,6 +12,11 @@ afterwards (`GenerationResult.weight_version` → `Rollout.weight_version` →
 * `BroadcastWeightSync` (GPU path, adarl/weight_sync/broadcast.py): a process group from learner
   rank 0 to the engines; bucket by bucket, flat device buffers are broadcast from rank 0.
 
+Engines are given as a sequence of endpoints that the sync reads at every push (the pool's live
+view, `RolloutPool.engine_endpoints`), so a restarted engine gets later pushes and a dropped one
+does not; `resync(endpoint, learners)` loads the current weights into one engine (a restarted
+one, before it serves). Every wait is bounded (`timeout_s`, faults.weight_sync_timeout_s).
+
 Engines are plain objects implementing `adarl.rollout.base.RolloutEngine`, reached as one of:
 the object itself (called in this thread: only while it is idle), an
 `adarl.cluster.InProcessWorker` wrapping it (called on the worker's thread), or a Ray actor
@@ -28,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
-from adarl.cluster import InProcessWorker
+from adarl.cluster import InProcessWorker, results_within
 
 if TYPE_CHECKING:
     from adarl.learner.group import LearnerGroup
@@ -59,6 +64,11 @@ class WeightSyncReport:
 class WeightSync(Protocol):
     def push(self, learners: LearnerGroup) -> WeightSyncReport:
         """Load the learners' current weights into every engine, tagged with their version."""
+        ...
+
+    def resync(self, endpoint: Any, learners: LearnerGroup) -> int:
+        """Load the learners' current weights into one engine (e.g. a restarted one); returns
+        the version it now reports."""
         ...
 
     def metrics(self) -> dict[str, float]:
@@ -105,8 +115,16 @@ def call_on_engine(endpoint: Any, fn: Callable[..., T], /, *args: Any) -> Future
     return future
 
 
-def wait_all(futures: Sequence[Future[T]]) -> list[T]:
-    """Results of all futures; the first failure propagates once every call has finished."""
-    for future in futures:
-        future.exception()
-    return [future.result() for future in futures]
+TIMEOUT_KEY = "faults.weight_sync_timeout_s"
+
+
+def wait_all(
+    futures: Sequence[Future[T]],
+    timeout_s: float | None = None,
+    *,
+    waiting_for: str = "weight sync",
+) -> list[T]:
+    """Results of all futures within `timeout_s` in all (`TimeoutError` naming `waiting_for`
+    and faults.weight_sync_timeout_s after it); the first failure propagates once every call
+    has finished."""
+    return results_within(futures, timeout_s, waiting_for=waiting_for, key=TIMEOUT_KEY)

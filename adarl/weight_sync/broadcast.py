@@ -163,7 +163,10 @@ class BroadcastWeightSync:
         backend: str = "nccl",
         timeout_s: float = 600.0,
         engine_device: str = "cuda",
+        wait_timeout_s: float | None = None,
     ) -> None:
+        """`timeout_s`: the group's rendezvous and collectives; `wait_timeout_s`: the longest
+        one push may take in all (faults.weight_sync_timeout_s; None = no limit)."""
         if not engines:
             raise ValueError("weight sync needs at least one engine")
         if not all(is_actor_handle(e) for e in engines):
@@ -176,6 +179,7 @@ class BroadcastWeightSync:
         self._backend = backend
         self._timeout_s = timeout_s
         self._engine_device = engine_device
+        self._wait_timeout_s = wait_timeout_s
         self._group_name: str | None = None
         self._last: WeightSyncReport | None = None
 
@@ -210,7 +214,7 @@ class BroadcastWeightSync:
                 for rank, engine in enumerate(self._engines, start=1)
             ),
         ]
-        wait_all(futures)
+        wait_all(futures, self._wait_timeout_s, waiting_for="joining the weight broadcast group")
         return group_name
 
     def push(self, learners: LearnerGroup) -> WeightSyncReport:
@@ -226,8 +230,10 @@ class BroadcastWeightSync:
             call_on_engine(engine, receive_broadcast, self._group_name, version, layouts)
             for engine in self._engines
         ]
-        wait_all(learners.all_ranks_submit(Learner.broadcast_weights, layouts))
-        versions = wait_all(engine_futures)
+        wait_all(
+            learners.all_ranks_submit(Learner.broadcast_weights, layouts), self._wait_timeout_s
+        )
+        versions = wait_all(engine_futures, self._wait_timeout_s)
         if any(v != version for v in versions):
             raise RuntimeError(f"engines report weight versions {versions} after loading {version}")
         done = time.perf_counter()
@@ -240,6 +246,14 @@ class BroadcastWeightSync:
             total_s=done - start,
         )
         return self._last
+
+    def resync(self, endpoint: Any, learners: LearnerGroup) -> int:
+        # The group's membership is fixed when it is created; a restarted engine is not in it.
+        raise RuntimeError(
+            "learner.weight_sync.method=broadcast cannot take in a restarted engine (the "
+            "broadcast group is fixed at its first push); use faults.engine_failure=fail with "
+            "broadcast, or learner.weight_sync.method=object_store"
+        )
 
     def metrics(self) -> dict[str, float]:
         return self._last.metrics() if self._last is not None else {}
