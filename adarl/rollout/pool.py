@@ -14,10 +14,28 @@ changes weights mid-generation, and each result carries the version that produce
 There is one code path: an engine handle returns `concurrent.futures.Future`s, from a private
 thread in-process or from `ObjectRef.future()` on Ray. Errors raised by an engine propagate from
 `next_completed`/`generate`/`update_weights` with the engine named.
+
+An engine whose process dies (a Ray actor killed, its node lost: `adarl.cluster.is_actor_death`)
+is handled per `engine_failure` (adarl/config/faults.py):
+
+    "restart":  a new engine takes its slot; it is handed the current weights (the weight
+                restorer, `set_weight_restorer`) before it serves anything
+    "continue": the slot is dropped; the pool runs on with the others
+    "fail":     the error propagates, naming the engine
+
+Under the first two, every chunk that was in flight on the dead engine is re-issued, unchanged
+(the same request ids and seeds, so the same samples on the same weights), to the engines
+alive. A chunk's results are handed out only from a call that completed, so each request's
+results come out of the pool exactly once, whether or not the dead engine had generated them.
+`max_engine_restarts` bounds the deaths survived. Every wait has a limit (`wait_timeout_s`):
+`TimeoutError` names what was awaited and the config key.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import logging
 import queue
 import threading
 import time
@@ -29,12 +47,23 @@ from typing import Any, Protocol
 
 import torch
 
-from adarl.cluster import InProcessWorker, spawn_actor
+from adarl.cluster import (
+    InProcessWorker,
+    is_actor_death,
+    result_within,
+    spawn_actor,
+)
+from adarl.config.faults import FaultsConfig
 from adarl.config.rollout import RolloutConfig
 from adarl.rollout.base import RolloutEngine
 from adarl.rollout.builders import engine_class_and_kwargs
 from adarl.rollout.fake import FakePrompt
 from adarl.types import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
+
+ENGINE_FAILURE_MODES = ("restart", "continue", "fail")
+WAIT_TIMEOUT_KEY = "faults.rollout_wait_timeout_s"
 
 
 class EngineHandle(Protocol):
@@ -122,7 +151,7 @@ class RayEngineHandle:
     def shutdown(self) -> None:
         import ray
 
-        ray.kill(self._actor)
+        ray.kill(self._actor)  # also fine on an actor that already died
 
 
 @dataclass
@@ -151,32 +180,73 @@ class _Window:
 class RolloutPool:
     """Streams `GenerationResult`s from several engines (see the module docstring)."""
 
-    def __init__(self, *, engines: Sequence[EngineHandle], max_samples_per_call: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        engines: Sequence[EngineHandle],
+        max_samples_per_call: int = 256,
+        engine_failure: str = "fail",
+        max_engine_restarts: int = 0,
+        restart_engine: Callable[[int, int], EngineHandle] | None = None,
+        wait_timeout_s: float | None = None,
+    ) -> None:
+        """`engine_failure`, `max_engine_restarts`: see the module docstring. `restart_engine
+        (slot, restart_number)` starts a replacement engine (needed for "restart").
+        `wait_timeout_s`: the longest any call waits for engines (None = no limit)."""
         if not engines:
             raise ValueError("RolloutPool needs at least one engine")
         if max_samples_per_call < 1:
             raise ValueError(f"max_samples_per_call must be >= 1, got {max_samples_per_call}")
+        if engine_failure not in ENGINE_FAILURE_MODES:
+            raise ValueError(
+                f"engine_failure={engine_failure!r}; use one of {list(ENGINE_FAILURE_MODES)}"
+            )
+        if engine_failure == "restart" and restart_engine is None:
+            raise ValueError(
+                "engine_failure='restart' needs restart_engine (how to start a replacement); "
+                "build the pool with RolloutPool.ray_actors / build_rollout_pool"
+            )
+        if wait_timeout_s is not None and not wait_timeout_s > 0:
+            raise ValueError(f"wait_timeout_s must be > 0 or None, got {wait_timeout_s}")
         self._engines = list(engines)
+        self._alive = [True] * len(self._engines)
         self._max_samples_per_call = max_samples_per_call
+        self._engine_failure = engine_failure
+        self._max_engine_restarts = max_engine_restarts
+        self._restart_engine = restart_engine
+        self._wait_timeout_s = wait_timeout_s
+        self._weight_restorer: Callable[[Any], None] | None = None
+        self._deaths = 0  # engine deaths survived so far (restarted or dropped)
         self._lock = threading.Lock()
         self._loads = [_EngineLoad() for _ in self._engines]
-        self._completed: queue.Queue[tuple[int, Future, list[str]]] = queue.Queue()
+        self._completed: queue.Queue[_Call] = queue.Queue()
         self._ready: deque[GenerationResult] = deque()
         self._streaming_calls = 0  # submitted streaming calls not yet taken off the queue
         self._pending_ids: set[str] = set()
         self._window = _Window(time=time.perf_counter(), busy_s=[0.0] * len(self._engines))
+        self._window_deaths = 0
+        self._window_reissued = 0
 
     # -- constructors ------------------------------------------------------------------------
 
     @classmethod
     def in_process(
-        cls, engines: Sequence[RolloutEngine], *, max_samples_per_call: int = 256
+        cls,
+        engines: Sequence[RolloutEngine],
+        *,
+        max_samples_per_call: int = 256,
+        wait_timeout_s: float | None = None,
     ) -> RolloutPool:
+        """Engines in this process (they share its fate: no engine death to recover from)."""
         handles = [
             LocalEngineHandle(engine, name=f"engine{i}:{type(engine).__name__}")
             for i, engine in enumerate(engines)
         ]
-        return cls(engines=handles, max_samples_per_call=max_samples_per_call)
+        return cls(
+            engines=handles,
+            max_samples_per_call=max_samples_per_call,
+            wait_timeout_s=wait_timeout_s,
+        )
 
     @classmethod
     def ray_actors(
@@ -188,25 +258,62 @@ class RolloutPool:
         num_cpus_per_engine: float = 1.0,
         num_gpus_per_engine: float = 0.0,
         max_samples_per_call: int = 256,
+        scheduling: Sequence[Any] | None = None,
+        engine_failure: str = "fail",
+        max_engine_restarts: int = 0,
+        wait_timeout_s: float | None = None,
     ) -> RolloutPool:
-        """`num_engines` actors of `engine_class(**engine_kwargs)` (Ray must be initialised)."""
-        handles = [
-            RayEngineHandle(
-                spawn_actor(
-                    engine_class,
-                    num_cpus=num_cpus_per_engine,
-                    num_gpus=num_gpus_per_engine,
-                    **engine_kwargs,
-                ),
-                name=f"engine{i}:{engine_class.__name__}",
+        """`num_engines` actors of `engine_class(**engine_kwargs)` (Ray must be initialised).
+
+        `scheduling`: per engine, the Ray scheduling strategy that places it (the resource
+        plan's, `adarl.cluster.ResourcePlan.scheduling`); a restarted engine prefers its slot's
+        node and goes elsewhere if that node is gone."""
+        strategies = list(scheduling) if scheduling is not None else [None] * num_engines
+        if len(strategies) != num_engines:
+            raise ValueError(
+                f"scheduling has {len(strategies)} strategies for {num_engines} engines"
             )
-            for i in range(num_engines)
-        ]
-        return cls(engines=handles, max_samples_per_call=max_samples_per_call)
+
+        def start(slot: int, restart: int) -> RayEngineHandle:
+            strategy = strategies[slot]
+            if restart and strategy is not None and hasattr(strategy, "soft"):
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                strategy = NodeAffinitySchedulingStrategy(node_id=strategy.node_id, soft=True)
+            actor = spawn_actor(
+                engine_class,
+                num_cpus=num_cpus_per_engine,
+                num_gpus=num_gpus_per_engine,
+                scheduling_strategy=strategy,
+                **engine_kwargs,
+            )
+            suffix = f".{restart}" if restart else ""
+            return RayEngineHandle(actor, name=f"engine{slot}{suffix}:{engine_class.__name__}")
+
+        return cls(
+            engines=[start(i, 0) for i in range(num_engines)],
+            max_samples_per_call=max_samples_per_call,
+            engine_failure=engine_failure,
+            max_engine_restarts=max_engine_restarts,
+            restart_engine=start,
+            wait_timeout_s=wait_timeout_s,
+        )
 
     @property
     def num_engines(self) -> int:
-        return len(self._engines)
+        """Engines serving now (fewer than started after deaths under engine_failure=continue)."""
+        return sum(self._alive)
+
+    @property
+    def wait_timeout_s(self) -> float | None:
+        """The longest any call waits for engines (faults.rollout_wait_timeout_s)."""
+        return self._wait_timeout_s
+
+    def set_weight_restorer(self, restore: Callable[[Any], None] | None) -> None:
+        """`restore(endpoint)` loads the current weights into a restarted engine (its endpoint
+        as `engine_endpoints` gives it) before the engine serves anything; the session passes
+        `WeightSync.resync`. Without one, a restarted engine keeps its initial weights."""
+        self._weight_restorer = restore
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -214,16 +321,12 @@ class RolloutPool:
         """Queue `requests`; their results come back through `next_completed`/`results`."""
         self._reserve_ids(requests)
         for chunk in self._chunks(requests):
-            engine = self._least_loaded()
-            with self._lock:
-                self._streaming_calls += 1
-            ids = [request.request_id for request in chunk]
-            self._dispatch(
-                engine, chunk, on_done=lambda f, e=engine, i=ids: self._completed.put((e, f, i))
-            )
+            self._submit_streaming(chunk)
 
     def next_completed(self, timeout_s: float | None = None) -> GenerationResult:
-        """The next result to complete (blocking up to `timeout_s`; `TimeoutError` after)."""
+        """The next result to complete (blocking up to `timeout_s`, default the pool's
+        `wait_timeout_s`; `TimeoutError` after). Re-issues the chunks of an engine that died."""
+        timeout_s = self._wait_timeout_s if timeout_s is None else timeout_s
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._ready:
             with self._lock:
@@ -231,16 +334,20 @@ class RolloutPool:
                     raise LookupError("next_completed: nothing submitted is outstanding")
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                engine, future, ids = self._completed.get(timeout=remaining)
+                call = self._completed.get(timeout=remaining)
             except queue.Empty:
-                raise TimeoutError(f"no rollout completed within {timeout_s} s") from None
+                raise TimeoutError(self._no_result_message(timeout_s)) from None
             with self._lock:
                 self._streaming_calls -= 1
-            self._ready.extend(self._unwrap(engine, future, ids))
+            if self._recovered(call, deadline):
+                self._submit_streaming(call.chunk)  # same requests, on an engine alive
+                continue
+            self._ready.extend(self._unwrap(call))
         return self._ready.popleft()
 
     def drain_completed(self, timeout_s: float | None = None) -> list[GenerationResult]:
-        """Block for the next result, then also take every other result already back."""
+        """Block for the next result (at most `timeout_s`, default the pool's `wait_timeout_s`),
+        then also take every other result already back."""
         drained = [self.next_completed(timeout_s)]
         while True:
             with self._lock:
@@ -261,21 +368,41 @@ class RolloutPool:
         with self._lock:
             return sum(load.outstanding_samples for load in self._loads)
 
+    def outstanding_samples_per_engine(self) -> list[int]:
+        """Samples given to each engine serving now and not yet returned (monitoring)."""
+        with self._lock:
+            return [
+                load.outstanding_samples
+                for load, alive in zip(self._loads, self._alive, strict=True)
+                if alive
+            ]
+
+    def engine_handles(self) -> list[EngineHandle]:
+        """The engines serving now (for fault-injection tests and monitoring: e.g. the Ray actor
+        of each, `handle.endpoint`)."""
+        return [engine for engine, alive in zip(self._engines, self._alive, strict=True) if alive]
+
     # -- synchronous helpers -----------------------------------------------------------------
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """Results of `requests` in request order (a barrier: for evaluation, not training)."""
+        """Results of `requests` in request order (a barrier: for evaluation, not training),
+        within the pool's `wait_timeout_s` in all. Chunks of an engine that died are re-issued."""
         self._reserve_ids(requests)
-        calls = []
-        for chunk in self._chunks(requests):
-            engine = self._least_loaded()
-            ids = [request.request_id for request in chunk]
-            calls.append((engine, self._dispatch(engine, chunk, on_done=None), ids))
-        by_id = {
-            result.request_id: result
-            for engine, future, ids in calls
-            for result in self._unwrap(engine, future, ids)
-        }
+        timeout_s = self._wait_timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        calls = deque(self._dispatch(chunk, on_done=None) for chunk in self._chunks(requests))
+        by_id: dict[str, GenerationResult] = {}
+        while calls:
+            call = calls.popleft()
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                call.future.exception(timeout=remaining)  # waits; an error is handled below
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(self._no_result_message(timeout_s)) from None
+            if self._recovered(call, deadline):
+                calls.append(self._dispatch(call.chunk, on_done=None))
+                continue
+            by_id.update((result.request_id, result) for result in self._unwrap(call))
         return [by_id[request.request_id] for request in requests]
 
     def score(
@@ -341,22 +468,35 @@ class RolloutPool:
                 load.busy_since = None
 
     def update_weights(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
-        """Load `weights` on every engine (after their already-queued work) and wait."""
+        """Load `weights` on every engine (after their already-queued work) and wait. An engine
+        that died meanwhile is replaced (or dropped) per `engine_failure`, then loaded too."""
         payload = self._engines[0].share(dict(weights))
-        futures = [engine.update_weights(version, payload) for engine in self._engines]
-        for engine, future in zip(self._engines, futures, strict=True):
-            self._result_of(engine, future)
+        slots = self._alive_slots()
+        calls = [(slot, self._engines[slot]) for slot in slots]
+        futures = [handle.update_weights(version, payload) for _, handle in calls]
+        for (slot, handle), future in zip(calls, futures, strict=True):
+            try:
+                self._result_of(handle, future)
+            except RuntimeError as error:
+                if not self._handle_death(slot, handle, error.__cause__, deadline=None):
+                    raise
+                if self._alive[slot]:
+                    self._result_of(
+                        self._engines[slot], self._engines[slot].update_weights(version, payload)
+                    )
 
-    def engine_endpoints(self) -> list[Any]:
-        """Per engine, the worker or actor handle a `WeightSync` pushes to. Calls through it
-        run in the engine's call order, after the generations already queued there."""
-        return [engine.endpoint for engine in self._engines]
+    def engine_endpoints(self) -> Sequence[Any]:
+        """Per engine serving now, the worker or actor handle a `WeightSync` pushes to. Calls
+        through it run in the engine's call order, after the generations already queued there.
+        A live view: after a restart it holds the new engine, after a drop one fewer."""
+        return _LiveEndpoints(self)
 
     def weight_versions(self) -> list[int]:
-        futures = [engine.weight_version() for engine in self._engines]
+        handles = self.engine_handles()
+        futures = [engine.weight_version() for engine in handles]
         return [
             int(self._result_of(engine, future))
-            for engine, future in zip(self._engines, futures, strict=True)
+            for engine, future in zip(handles, futures, strict=True)
         ]
 
     def metrics(self) -> dict[str, float]:
@@ -369,9 +509,15 @@ class RolloutPool:
             tokens = sum(load.tokens_done for load in self._loads)
             busy = [load.busy_until(now) for load in self._loads]
             outstanding = sum(load.outstanding_samples for load in self._loads)
+            deaths, self._window_deaths = self._window_deaths, 0
+            reissued, self._window_reissued = self._window_reissued, 0
         window = self._window
         elapsed = max(now - window.time, 1e-9)
-        utilisation = [(b - b0) / elapsed for b, b0 in zip(busy, window.busy_s, strict=True)]
+        utilisation = [
+            (b - b0) / elapsed
+            for b, b0, alive in zip(busy, window.busy_s, self._alive, strict=True)
+            if alive
+        ]
         self._window = _Window(time=now, samples=samples, tokens=tokens, busy_s=busy)
         metrics = {
             "perf/rollout_samples_per_s": (samples - window.samples) / elapsed,
@@ -381,6 +527,11 @@ class RolloutPool:
             "sampling/engine_samples": float(samples - window.samples),
             "sampling/engine_tokens": float(tokens - window.tokens),
             "sampling/rollout_outstanding_samples": float(outstanding),
+            # Faults survived in the window (module docstring): engines that died, and the
+            # requests re-issued because they were in flight on them.
+            "sampling/rollout_engine_deaths": float(deaths),
+            "sampling/rollout_requests_reissued": float(reissued),
+            "sampling/rollout_engines_alive": float(sum(self._alive)),
         }
         return metrics
 
@@ -421,17 +572,28 @@ class RolloutPool:
         if chunk:
             yield chunk
 
+    def _alive_slots(self) -> list[int]:
+        return [slot for slot, alive in enumerate(self._alive) if alive]
+
     def _least_loaded(self) -> int:
         with self._lock:
-            return min(range(len(self._loads)), key=lambda i: self._loads[i].outstanding_samples)
+            slots = [slot for slot, alive in enumerate(self._alive) if alive]
+            return min(slots, key=lambda i: self._loads[i].outstanding_samples)
+
+    def _submit_streaming(self, chunk: list[GenerationRequest]) -> None:
+        with self._lock:
+            self._streaming_calls += 1
+        self._dispatch(chunk, on_done=self._completed.put)
 
     def _dispatch(
         self,
-        engine: int,
         chunk: list[GenerationRequest],
         *,
-        on_done: Callable[[Future], None] | None,
-    ) -> Future:
+        on_done: Callable[[_Call], None] | None,
+    ) -> _Call:
+        """Send `chunk` to the least-loaded engine; `on_done(call)` once its call completes."""
+        engine = self._least_loaded()
+        handle = self._engines[engine]
         samples = sum(request.num_samples for request in chunk)
         with self._lock:
             load = self._loads[engine]
@@ -439,7 +601,8 @@ class RolloutPool:
                 load.busy_since = time.perf_counter()
             load.outstanding_calls += 1
             load.outstanding_samples += samples
-        future = self._engines[engine].generate(chunk)
+        future = handle.generate(chunk)
+        call = _Call(slot=engine, handle=handle, future=future, chunk=chunk)
 
         def account(done: Future) -> None:
             now = time.perf_counter()
@@ -457,29 +620,162 @@ class RolloutPool:
         # Accounting first, so a consumer woken by `on_done` sees the load already released.
         future.add_done_callback(account)
         if on_done is not None:
-            future.add_done_callback(on_done)
-        return future
+            future.add_done_callback(lambda _: on_done(call))
+        return call
 
-    def _unwrap(self, engine: int, future: Future, ids: list[str]) -> list[GenerationResult]:
+    def _unwrap(self, call: _Call) -> list[GenerationResult]:
+        ids = [request.request_id for request in call.chunk]
         try:
-            results: list[GenerationResult] = self._result_of(self._engines[engine], future)
+            results: list[GenerationResult] = self._result_of(call.handle, call.future)
         finally:
             with self._lock:
                 self._pending_ids.difference_update(ids)
         returned = [result.request_id for result in results]
         if returned != ids:
             raise RuntimeError(
-                f"rollout engine {self._engines[engine].name} returned results for {returned} "
+                f"rollout engine {call.handle.name} returned results for {returned} "
                 f"but was asked for {ids}"
             )
         return results
 
-    @staticmethod
-    def _result_of(engine: EngineHandle, future: Future) -> Any:
+    def _recovered(self, call: _Call, deadline: float | None) -> bool:
+        """True when `call` (done) failed because its engine died and the pool recovered (the
+        caller re-issues `call.chunk`); False when it has results or an error to propagate."""
+        error = call.future.exception()
+        if error is None or not self._handle_death(call.slot, call.handle, error, deadline):
+            return False
+        with self._lock:
+            self._window_reissued += len(call.chunk)
+        return True
+
+    def _handle_death(
+        self, slot: int, handle: EngineHandle, error: BaseException | None, deadline: float | None
+    ) -> bool:
+        """If `error` is `handle`'s process dying: restart or drop its slot per the policy
+        (once per dead engine: its other failed calls find the slot already handled) and return
+        True; raise when the policy says stop. False when `error` is not a death."""
+        if error is None or not is_actor_death(error):
+            return False
+        with self._lock:
+            handled = self._engines[slot] is not handle or not self._alive[slot]
+        if handled:
+            return True
+        mode, limit = self._engine_failure, self._max_engine_restarts
+        if mode == "fail" or self._deaths >= limit:
+            reason = (
+                "faults.engine_failure=fail"
+                if mode == "fail"
+                else f"it is death {self._deaths + 1} and faults.max_engine_restarts={limit}"
+            )
+            raise RuntimeError(
+                f"rollout engine {handle.name} died ({type(error).__name__}: {error}); the run "
+                f"stops because {reason}. Look for why in the Ray logs (host OOM, node lost); "
+                "set faults.engine_failure=restart or continue (and faults.max_engine_restarts) "
+                "to survive engine deaths"
+            ) from error
+        self._deaths += 1
+        with self._lock:
+            self._window_deaths += 1
+        with contextlib.suppress(Exception):  # it is dead; make sure Ray forgets it too
+            handle.shutdown()
+        if mode == "continue" or self._restart_engine is None:
+            with self._lock:
+                self._alive[slot] = False
+            if not any(self._alive):
+                raise RuntimeError(
+                    f"rollout engine {handle.name} died and no engine is left "
+                    "(faults.engine_failure=continue); the run cannot go on"
+                ) from error
+            log.warning(
+                "rollout engine %s died (%s); continuing with %d engine(s), re-issuing its "
+                "in-flight requests (faults.engine_failure=continue, death %d of at most %d)",
+                handle.name,
+                type(error).__name__,
+                sum(self._alive),
+                self._deaths,
+                limit,
+            )
+            return True
+        log.warning(
+            "rollout engine %s died (%s); restarting it and re-issuing its in-flight requests "
+            "(faults.engine_failure=restart, death %d of at most %d)",
+            handle.name,
+            type(error).__name__,
+            self._deaths,
+            limit,
+        )
+        replacement = self._restart_engine(slot, self._deaths)
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        result_within(
+            replacement.weight_version(),  # returns once the engine is up
+            remaining,
+            waiting_for=f"the restarted rollout engine {replacement.name} to start",
+            key=WAIT_TIMEOUT_KEY,
+        )
+        if self._weight_restorer is not None:
+            self._weight_restorer(replacement.endpoint)  # serves the current weights, never v0
+        with self._lock:
+            self._engines[slot] = replacement
+        log.info("rollout engine %s is up and serving", replacement.name)
+        return True
+
+    def _no_result_message(self, timeout_s: float | None) -> str:
+        with self._lock:
+            busy = [
+                f"{self._engines[slot].name} ({load.outstanding_samples} samples)"
+                for slot, load in enumerate(self._loads)
+                if self._alive[slot] and load.outstanding_calls
+            ]
+        return (
+            f"no rollout completed within {timeout_s:g} s ({WAIT_TIMEOUT_KEY}); waiting on "
+            f"{', '.join(busy) or 'no engine'}. Raise {WAIT_TIMEOUT_KEY} for slow engines or "
+            "long generations, or look for a stuck engine in the Ray logs"
+        )
+
+    def _result_of(self, engine: EngineHandle, future: Future) -> Any:
+        """`future`'s result (at most the pool's `wait_timeout_s`); errors name the engine."""
         try:
-            return future.result()
+            return future.result(timeout=self._wait_timeout_s)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the engine itself raised a TimeoutError
+                raise RuntimeError(
+                    f"rollout engine {engine.name} failed: {future.exception()}"
+                ) from future.exception()
+            raise TimeoutError(
+                f"rollout engine {engine.name} did not answer within {self._wait_timeout_s:g} s "
+                f"({WAIT_TIMEOUT_KEY})"
+            ) from None
         except Exception as error:
             raise RuntimeError(f"rollout engine {engine.name} failed: {error}") from error
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One engine call in flight: which slot and engine took `chunk`, and its future."""
+
+    slot: int
+    handle: EngineHandle
+    future: Future
+    chunk: list[GenerationRequest]
+
+
+class _LiveEndpoints(Sequence[Any]):
+    """The endpoints of a pool's engines serving now (see `RolloutPool.engine_endpoints`)."""
+
+    def __init__(self, pool: RolloutPool) -> None:
+        self._pool = pool
+
+    def _current(self) -> list[Any]:
+        return [handle.endpoint for handle in self._pool.engine_handles()]
+
+    def __len__(self) -> int:
+        return self._pool.num_engines
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._current()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._current())
 
 
 def build_rollout_pool(
@@ -491,12 +787,18 @@ def build_rollout_pool(
     num_cpus_per_engine: float = 1.0,
     num_gpus_per_engine: float = 0.0,
     fake_script: Mapping[str, FakePrompt] | None = None,
+    faults: FaultsConfig | None = None,
+    scheduling: Sequence[Any] | None = None,
 ) -> RolloutPool:
     """`num_engines` engines built from `config`: in this process, or as Ray actors (connecting
     to or starting Ray with `adarl.cluster.ensure_ray` defaults if not connected). `model_path`
-    comes from `adarl.models.resolve_model_config`; `fake_script` only for `engine=fake`."""
+    comes from `adarl.models.resolve_model_config`; `fake_script` only for `engine=fake`.
+    `faults`: engine-death policy and wait limit (defaults: `FaultsConfig()`); `scheduling`:
+    the resource plan's placement of each engine actor."""
     if num_engines < 1:
         raise ValueError(f"build_rollout_pool: num_engines must be >= 1, got {num_engines}")
+    faults = faults or FaultsConfig()
+    faults.validate()
     engine_class, kwargs = engine_class_and_kwargs(
         config, model_path=model_path, fake_script=fake_script
     )
@@ -504,6 +806,7 @@ def build_rollout_pool(
         return RolloutPool.in_process(
             [engine_class(**kwargs) for _ in range(num_engines)],
             max_samples_per_call=config.max_samples_per_call,
+            wait_timeout_s=faults.rollout_wait_timeout_s,
         )
     from adarl.cluster import ensure_ray
 
@@ -515,4 +818,8 @@ def build_rollout_pool(
         num_cpus_per_engine=num_cpus_per_engine,
         num_gpus_per_engine=num_gpus_per_engine,
         max_samples_per_call=config.max_samples_per_call,
+        scheduling=scheduling,
+        engine_failure=faults.engine_failure,
+        max_engine_restarts=faults.max_engine_restarts,
+        wait_timeout_s=faults.rollout_wait_timeout_s,
     )
