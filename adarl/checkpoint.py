@@ -3,15 +3,22 @@
     RUN_DIR/checkpoints/
         latest                    "step_000012": the checkpoint a resume continues from
         step_000012/
-            manifest.json         written last: step, piece names and kinds
+            manifest.json         written last: step, piece names and kinds, and every file of
+                                  each directory piece with its size
             allocator.pt          an object piece (torch.save of plain records / tensors)
             learner/              a directory piece, filled by its writer (e.g. DeepSpeed)
         .tmp-step_000014-<pid>/   a save in progress (or interrupted): never read, cleaned later
 
 A save writes everything into a private tmp dir, fsyncs it, renames it to `step_NNNNNN` in one
 `os.replace`, then replaces the `latest` pointer the same way. A crash at any point leaves the
-previous `latest` intact; `latest()` ignores tmp dirs and the next `CheckpointManager` deletes
-them.
+previous `latest` intact (tested by SIGKILLing writers mid-piece and at random moments);
+`latest()` ignores tmp dirs and the next `CheckpointManager` deletes them.
+
+A directory piece's writer returns only once what it wrote is verified (the learner group checks
+that every rank's shards are visible here, adarl/learner/group.py), and the manifest, written
+after every piece, lists each file of each directory piece with its size. Loading checks that
+list, so a checkpoint whose shards went missing (a node-local disk, a partial copy) is refused
+with the missing file named rather than half-loaded.
 
 Loading never runs arbitrary pickled code: object pieces are read with `torch.load(...,
 weights_only=True)`, which rebuilds only tensors, plain containers and scalars, plus the globals
@@ -111,11 +118,13 @@ class CheckpointManager:
         tmp.mkdir()
         try:
             kinds: dict[str, str] = {}
+            files: dict[str, dict[str, int]] = {}
             for name, piece in pieces.items():
                 if callable(piece):
                     (tmp / name).mkdir()
                     piece(tmp / name)
                     kinds[name] = "directory"
+                    files[name] = directory_inventory(tmp / name)
                 else:
                     torch.save(piece, tmp / f"{name}.pt")
                     kinds[name] = "object"
@@ -124,6 +133,7 @@ class CheckpointManager:
                 "version": _FORMAT_VERSION,
                 "step": step,
                 "pieces": kinds,
+                "files": files,
                 "saved_unix_s": time.time(),
             }
             (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -216,6 +226,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         if kind == "object":
             objects[name] = _load_object(path / f"{name}.pt")
         elif kind == "directory":
+            # Manifests written before inventories were recorded have none to check.
+            _check_inventory(path, name, manifest.get("files", {}).get(name))
             directories[name] = path / name
         else:
             raise ValueError(f"{manifest_path}: piece {name!r} has unknown kind {kind!r}")
@@ -364,6 +376,34 @@ def restore_rng_state(state: Mapping[str, Any]) -> None:
 
 # --------------------------------------------------------------------------------------------
 # helpers
+
+
+def directory_inventory(root: str | Path) -> dict[str, int]:
+    """Every regular file under `root`: path relative to it (POSIX form) -> size in bytes."""
+    root = Path(root)
+    inventory = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = Path(directory) / name
+            if path.is_file() and not path.is_symlink():
+                inventory[path.relative_to(root).as_posix()] = path.stat().st_size
+    return dict(sorted(inventory.items()))
+
+
+def _check_inventory(checkpoint: Path, piece: str, recorded: Mapping[str, int] | None) -> None:
+    if recorded is None:
+        return
+    present = directory_inventory(checkpoint / piece)
+    for relative, size in recorded.items():
+        found = present.get(relative)
+        if found != size:
+            state = "is missing" if found is None else f"has {found} bytes, not {size}"
+            raise FileNotFoundError(
+                f"checkpoint {checkpoint} is incomplete: {piece}/{relative} {state} (the "
+                "manifest lists every file the save verified). Was it copied partially, or "
+                "written to a disk this machine does not share? Resume from an earlier "
+                f"checkpoint (resume=PATH) or restore the file"
+            )
 
 
 def _is_complete(path: Path) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from adarl.config.faults import FaultsConfig
 from adarl.config.seeds import seed_or_default
 from adarl.learner.group import LearnerGroup
 from adarl.learner.learner import PolicyLossSettings
@@ -36,18 +38,27 @@ def build_learner_group(
     in_process: bool = False,
     cpus_per_learner: float = 1.0,
     gpus_per_learner: float = 0.0,
+    faults: FaultsConfig | None = None,
+    scheduling: Sequence[Any] | None = None,
 ) -> LearnerGroup:
     """Start `num_learners` learners on the policy at `model_path` (an HF model directory).
 
     `temperature`: the training rollouts' sampling temperature (`rollout.temperature`); the
     learners score softmax(logits / temperature), the distribution the engines sampled from.
+    `faults`: the call time limit and the non-finite streak (defaults: `FaultsConfig()`);
+    `scheduling`: the resource plan's placement of each rank.
     """
     config.validate()
+    faults = faults or FaultsConfig()
+    faults.validate()
     return LearnerGroup(
         num_learners=num_learners,
         in_process=in_process,
         cpus_per_learner=cpus_per_learner,
         gpus_per_learner=gpus_per_learner,
+        scheduling=scheduling,
+        call_timeout_s=faults.learner_call_timeout_s,
+        max_nonfinite_streak=faults.max_nonfinite_streak,
         model_path=model_path,
         zero_stage=config.zero_stage,
         precision=config.precision,

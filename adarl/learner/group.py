@@ -9,14 +9,23 @@ thread (`adarl.cluster.InProcessWorker`), an actor's `ObjectRef.future()` is the
 Weight versions: version v means "the weights after v optimizer steps" (0 = the initial policy).
 Weight sync pushes `weight_version()` together with the weights, engines tag every rollout with
 it, and the step reports how stale its batch was (`train/staleness_*`).
+
+Faults: every call waits at most `call_timeout_s` (faults.learner_call_timeout_s) on all ranks;
+a rank whose process died stops the run with an error that says so (a learner cannot be replaced
+mid-run: its optimizer shard and process group die with it; `checkpoint.resume=auto` continues
+from the last checkpoint, which a failed step never touches). A step whose loss or gradients are
+not finite is skipped by every rank (adarl/learner/learner.py): the version does not advance,
+`train/skipped_nonfinite_updates` counts such steps over the run, and `max_nonfinite_streak` of
+them in a row stop the run.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
-from adarl.cluster import InProcessWorker, spawn_actor
+from adarl.cluster import InProcessWorker, is_actor_death, results_within, spawn_actor
 from adarl.learner.batching import (
     BatchCounts,
     max_micro_batches,
@@ -38,7 +47,14 @@ from adarl.types import TrainBatch, WeightVersion
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_LATEST_FILE = "latest"  # written by DeepSpeed next to the tagged directories
+TIMEOUT_KEY = "faults.learner_call_timeout_s"
+
+
+class NonFiniteUpdatesError(RuntimeError):
+    """Too many consecutive training steps had a non-finite loss or gradient norm."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,11 @@ class _LearnerHandle(Protocol):
         """The call's result left where it is: a Ray ObjectRef (not fetched), or a Future."""
         ...
 
-    def node_address(self) -> str: ...
+    def run(self, fn: Callable[..., T], /, *args: Any) -> Future[T]:
+        """`fn(learner, *args)` where the rank lives (its process, its node's file system)."""
+        ...
+
+    def node_address(self, timeout_s: float | None = None) -> str: ...
 
     def shutdown(self) -> None: ...
 
@@ -82,7 +102,10 @@ class _LocalLearner:
     def submit_keep_remote(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
         return self.submit(method, *args, **kwargs)
 
-    def node_address(self) -> str:
+    def run(self, fn: Callable[..., T], /, *args: Any) -> Future[T]:
+        return self._worker.submit(fn, self._worker.obj, *args)
+
+    def node_address(self, timeout_s: float | None = None) -> str:
         return "127.0.0.1"
 
     def shutdown(self) -> None:
@@ -100,15 +123,23 @@ class _RemoteLearner:
     def submit_keep_remote(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._actor, method.__name__).remote(*args, **kwargs)
 
-    def node_address(self) -> str:
-        import ray
+    def run(self, fn: Callable[..., T], /, *args: Any) -> Future[T]:
+        return self._actor.__ray_call__.remote(fn, *args).future()
 
-        return str(ray.get(self._actor.__ray_call__.remote(_actor_node_ip)))
+    def node_address(self, timeout_s: float | None = None) -> str:
+        future = self._actor.__ray_call__.remote(_actor_node_ip).future()
+        return str(
+            results_within([future], timeout_s, waiting_for="a learner's node", key=TIMEOUT_KEY)[0]
+        )
 
     def shutdown(self) -> None:
         import ray
 
-        ray.get(self._actor.close.remote())
+        try:
+            ray.get(self._actor.close.remote(), timeout=60)
+        except Exception as error:  # a dead or stuck learner: nothing left to close but the actor
+            if not is_actor_death(error):
+                log.warning("learner did not close cleanly (%s); killing its actor", error)
         ray.kill(self._actor)
 
 
@@ -118,11 +149,38 @@ def _actor_node_ip(_learner: Learner) -> str:
     return str(ray.util.get_node_ip_address())
 
 
-def _results(futures: Sequence[Future[T]]) -> list[T]:
-    """Wait for all; the first failure propagates (after every call has finished)."""
-    for future in futures:
-        future.exception()
-    return [future.result() for future in futures]
+def _files_seen(_learner: Learner, directory: str) -> dict[str, int]:
+    """What a rank sees under `directory` on its own node: relative path -> size."""
+    from adarl.checkpoint import directory_inventory
+
+    return directory_inventory(directory)
+
+
+def unverified_shards(
+    here: Mapping[str, int], seen_by_rank: Sequence[Mapping[str, int]]
+) -> list[str]:
+    """Files some rank sees (relative path -> size on its node) that the driver does not see
+    with the same size (`here`), each described with the rank that sees it."""
+    problems = []
+    for rank, files in enumerate(seen_by_rank):
+        for relative, size in files.items():
+            if relative not in here:
+                problems.append(f"learner rank {rank}'s file {relative} is missing")
+            elif here[relative] != size:
+                problems.append(
+                    f"learner rank {rank}'s file {relative} has {here[relative]} bytes, not {size}"
+                )
+    return problems
+
+
+def _probe_shared(_learner: Learner, directory: str, token: str, rank: int) -> bool:
+    """Whether this rank reads the driver's probe file; if so it leaves its own for the driver
+    (never creating a directory, or a stray file, on a node that does not share it)."""
+    probe = Path(directory) / f".adarl-shared-probe-{token}"
+    seen = probe.is_file() and probe.read_text() == token
+    if seen:
+        (Path(directory) / f".adarl-shared-probe-{token}-rank{rank}").write_text(token)
+    return seen
 
 
 class LearnerGroup:
@@ -135,8 +193,15 @@ class LearnerGroup:
         in_process: bool = False,
         cpus_per_learner: float = 1.0,
         gpus_per_learner: float = 0.0,
+        scheduling: Sequence[Any] | None = None,
+        call_timeout_s: float | None = None,
+        max_nonfinite_streak: int | None = None,
         **learner_kwargs: Any,
     ) -> None:
+        """`scheduling`: per rank, the Ray scheduling strategy that places it (the resource
+        plan's). `call_timeout_s`: the longest any call may take on all ranks (None = no
+        limit). `max_nonfinite_streak`: consecutive skipped non-finite steps that stop the run
+        (None = never)."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if in_process and num_learners != 1:
@@ -148,7 +213,17 @@ class LearnerGroup:
         unknown = sorted(set(learner_kwargs) - accepted)
         if unknown:
             raise TypeError(f"unknown Learner arguments {unknown}; accepted: {sorted(accepted)}")
+        if scheduling is not None and len(scheduling) != num_learners:
+            raise ValueError(
+                f"scheduling has {len(scheduling)} strategies for {num_learners} learners"
+            )
+        if max_nonfinite_streak is not None and max_nonfinite_streak < 1:
+            raise ValueError(f"max_nonfinite_streak must be >= 1, got {max_nonfinite_streak}")
         self.num_learners = num_learners
+        self.call_timeout_s = call_timeout_s
+        self.max_nonfinite_streak = max_nonfinite_streak
+        self._skipped_nonfinite = 0  # steps skipped over the run (restored on resume)
+        self._nonfinite_streak = 0
         default_budget = _learner_default("max_tokens_per_micro_batch")
         self.max_tokens_per_micro_batch = int(
             learner_kwargs.get("max_tokens_per_micro_batch", default_budget)
@@ -164,24 +239,29 @@ class LearnerGroup:
                 self._handles.append(_LocalLearner(Learner(**kwargs)))
             else:
                 actor = spawn_actor(
-                    Learner, num_cpus=cpus_per_learner, num_gpus=gpus_per_learner, **kwargs
+                    Learner,
+                    num_cpus=cpus_per_learner,
+                    num_gpus=gpus_per_learner,
+                    scheduling_strategy=None if scheduling is None else scheduling[rank],
+                    **kwargs,
                 )
                 self._handles.append(_RemoteLearner(actor))
         try:
             address, port = self.rendezvous_address()
-            _results(
+            self._wait(
                 [
                     h.submit(Learner.setup, master_addr=address, master_port=port)
                     for h in self._handles
-                ]
+                ],
+                "learner setup (process group, model, DeepSpeed engine)",
             )
+            self._weight_infos: list[WeightInfo] = self._wait(
+                [self._handles[0].submit(Learner.weight_infos)], "learner weight infos"
+            )[0]
         except BaseException:
             self.shutdown()
             raise
         self.setup_s = time.perf_counter() - start
-        self._weight_infos: list[WeightInfo] = (
-            self._handles[0].submit(Learner.weight_infos).result()
-        )
 
     # --------------------------------------------------------------------------- training
 
@@ -203,7 +283,7 @@ class LearnerGroup:
         counts = BatchCounts.of(batch)
         shards = shard_batch(batch, self.num_learners)
         num_micro = max_micro_batches(shards, self.max_tokens_per_micro_batch)
-        ranks = _results(
+        ranks = self._wait(
             [
                 h.submit(
                     Learner.train_step,
@@ -213,12 +293,38 @@ class LearnerGroup:
                     global_num_sequences=counts.loss_sequences,
                 )
                 for h, shard in zip(self._handles, shards, strict=True)
-            ]
+            ],
+            "a learner training step",
         )
         version_trained_on = self._version
-        self._version += 1
+        skipped = any(rank.skipped_nonfinite for rank in ranks)
         self._step += 1
+        if skipped:  # no weight changed: the version stays
+            self._skipped_nonfinite += 1
+            self._nonfinite_streak += 1
+        else:
+            self._version += 1
+            self._nonfinite_streak = 0
         metrics = self._step_metrics(batch, counts, ranks, version_trained_on)
+        metrics["train/skipped_nonfinite_updates"] = float(self._skipped_nonfinite)
+        if skipped:
+            log.warning(
+                "learner step %d skipped: the loss (%s) or the gradient norm (%s) is not finite; "
+                "weights unchanged (%d such step(s) in a row, %d in the run)",
+                self._step,
+                metrics.get("train/loss"),
+                ranks[0].grad_norm,
+                self._nonfinite_streak,
+                self._skipped_nonfinite,
+            )
+            limit = self.max_nonfinite_streak
+            if limit is not None and self._nonfinite_streak >= limit:
+                raise NonFiniteUpdatesError(
+                    f"{self._nonfinite_streak} consecutive training steps had a non-finite loss "
+                    f"or gradient norm (faults.max_nonfinite_streak={limit}); the run stops with "
+                    "its last checkpoint intact. Look for NaN/inf in the rewards, advantages or "
+                    "behaviour log-probs, or lower learner.learning_rate"
+                )
         metrics["timing/learner_step_s"] = time.perf_counter() - start
         if prompt_norms is not None:
             metrics["timing/grad_norm_pass_s"] = grad_norm_s
@@ -286,11 +392,12 @@ class LearnerGroup:
             splits = split_across_ranks(sequence_lengths(selected), self.num_learners)
             shards = [selected.select(torch.tensor(s, dtype=torch.long)) for s in splits]
             num_micro = max_micro_batches(shards, self.max_tokens_per_micro_batch)
-            per_rank = _results(
+            per_rank = self._wait(
                 [
                     h.submit(Learner.sample_gradient_norms, shard, num_micro_batches=num_micro)
                     for h, shard in zip(self._handles, shards, strict=True)
-                ]
+                ],
+                "a gradient-norm pass",
             )
             for split, values in zip(splits, per_rank, strict=True):
                 if split:
@@ -305,7 +412,7 @@ class LearnerGroup:
 
     def score(self, batch: TrainBatch) -> torch.Tensor:
         """The learners' log π_θ at every position of `batch` ([B, T]; rank 0's copy)."""
-        return _results([h.submit(Learner.score, batch) for h in self._handles])[0]
+        return self._wait([h.submit(Learner.score, batch) for h in self._handles], "scoring")[0]
 
     # --------------------------------------------------------------------------- weights
 
@@ -324,14 +431,14 @@ class LearnerGroup:
         """
         names = list(names)
         first = self._handles[0].submit_keep_remote(Learner.gather_weights, names)
-        _results([h.submit(Learner.gather_weights, names) for h in self._handles[1:]])
+        self._wait(
+            [h.submit(Learner.gather_weights, names) for h in self._handles[1:]],
+            "gathering weights",
+        )
         if keep_remote:
             return first
-        if isinstance(first, Future):
-            return first.result()
-        import ray
-
-        return ray.get(first)
+        future = first if isinstance(first, Future) else first.future()
+        return self._wait([future], "gathering weights")[0]
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """Every weight, HF-named, full, on CPU (gathered once; ZeRO-3 included)."""
@@ -340,7 +447,8 @@ class LearnerGroup:
     def rendezvous_address(self) -> tuple[str, int]:
         """An address and free port on learner rank 0's host (for the weight-broadcast group)."""
         handle = self._handles[0]
-        return handle.node_address(), handle.submit(Learner.rendezvous_port).result()
+        port = self._wait([handle.submit(Learner.rendezvous_port)], "learner rank 0's port")[0]
+        return handle.node_address(self.call_timeout_s), port
 
     def rank0_submit(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         """Run a `Learner` method on rank 0 only (used by weight sync's broadcast sender)."""
@@ -355,16 +463,70 @@ class LearnerGroup:
     # --------------------------------------------------------------------------- checkpoints
 
     def save_checkpoint(self, directory: str | Path) -> str:
-        """DeepSpeed state of every rank under `directory/step_<N>`; returns the tag."""
+        """DeepSpeed state of every rank under `directory/step_<N>`; returns the tag once every
+        file each rank wrote is verified visible here, at its size (on several nodes
+        `directory` must be on a file system they all share: see `check_shared_directory`)."""
         tag = f"step_{self._step}"
         state = self.state_dict()
-        _results(
+        self._wait(
             [
                 h.submit(Learner.save_checkpoint, str(directory), tag=tag, client_state=state)
                 for h in self._handles
-            ]
+            ],
+            "saving the learners' checkpoint",
         )
+        self._verify_shards(Path(directory))
         return tag
+
+    def _verify_shards(self, directory: Path) -> None:
+        """Every file any rank sees under `directory` is here with the same size."""
+        from adarl.checkpoint import directory_inventory
+
+        seen = self._wait(
+            [h.run(_files_seen, str(directory)) for h in self._handles],
+            "listing the learners' checkpoint files",
+        )
+        problems = unverified_shards(directory_inventory(directory), seen)
+        if problems:
+            raise RuntimeError(
+                f"{problems[0]} in {directory} as the driver sees it ({len(problems)} file(s) in "
+                "all): the checkpoint directory is not on a file system every node shares. Put "
+                "the run directory (hydra.run.dir) on a shared file system (NFS, Lustre, ...) "
+                "mounted at the same path on every node; the previous checkpoint is intact"
+            )
+
+    def check_shared_directory(self, directory: str | Path) -> None:
+        """Refuse (ValueError) a checkpoint directory that some rank's node does not share with
+        this process: each side writes a probe file the other must read."""
+        import uuid
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex
+        probe = directory / f".adarl-shared-probe-{token}"
+        probe.write_text(token)
+        try:
+            seen = self._wait(
+                [
+                    h.run(_probe_shared, str(directory), token, rank)
+                    for rank, h in enumerate(self._handles)
+                ],
+                "checking that the checkpoint directory is shared",
+            )
+            for rank, read_ours in enumerate(seen):
+                theirs = directory / f"{probe.name}-rank{rank}"
+                if not read_ours or not theirs.is_file():
+                    node = self._handles[rank].node_address(self.call_timeout_s)
+                    raise ValueError(
+                        f"the checkpoint directory {directory} is not shared between the driver "
+                        f"and learner rank {rank} (node {node}): a file one side wrote is not "
+                        "there for the other. Learners write their shards where the driver "
+                        "must verify them: put the run directory (hydra.run.dir) on a file "
+                        "system every node mounts at the same path"
+                    )
+        finally:
+            for leftover in directory.glob(f"{probe.name}*"):
+                leftover.unlink(missing_ok=True)
 
     def load_checkpoint(self, directory: str | Path, *, tag: str | None = None) -> None:
         """Restore model, optimizer, scheduler and the weight version (latest tag by default)."""
@@ -373,21 +535,32 @@ class LearnerGroup:
             if not latest.is_file():
                 raise FileNotFoundError(f"no {CHECKPOINT_LATEST_FILE!r} file in {directory}")
             tag = latest.read_text().strip()
-        states = _results(
-            [h.submit(Learner.load_checkpoint, str(directory), tag=tag) for h in self._handles]
+        states = self._wait(
+            [h.submit(Learner.load_checkpoint, str(directory), tag=tag) for h in self._handles],
+            "loading the learners' checkpoint",
         )
         self.load_state_dict(states[0])
 
     def state_dict(self) -> dict[str, int]:
-        return {"version": self._version, "step": self._step}
+        return {
+            "version": self._version,
+            "step": self._step,
+            "skipped_nonfinite_updates": self._skipped_nonfinite,
+            "nonfinite_streak": self._nonfinite_streak,
+        }
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._version = int(state["version"])
         self._step = int(state["step"])
+        # Absent from checkpoints written before non-finite steps were counted.
+        self._skipped_nonfinite = int(state.get("skipped_nonfinite_updates", 0))
+        self._nonfinite_streak = int(state.get("nonfinite_streak", 0))
 
     def export_hf(self, directory: str | Path) -> None:
         """HF model directory (config, safetensors, tokenizer) loadable by transformers/vLLM."""
-        _results([h.submit(Learner.export_hf, str(directory)) for h in self._handles])
+        self._wait(
+            [h.submit(Learner.export_hf, str(directory)) for h in self._handles], "HF export"
+        )
 
     # --------------------------------------------------------------------------- misc
 
@@ -400,6 +573,26 @@ class LearnerGroup:
         handles, self._handles = self._handles, []
         for handle in handles:
             handle.shutdown()
+
+    def _wait(self, futures: Sequence[Future[T]], waiting_for: str) -> list[T]:
+        """Every rank's result within `call_timeout_s`; a rank whose process died raises an
+        error that says so and how the run continues."""
+        try:
+            return results_within(
+                futures, self.call_timeout_s, waiting_for=waiting_for, key=TIMEOUT_KEY
+            )
+        except Exception as error:
+            if not is_actor_death(error):
+                raise
+            rank = next(
+                (i for i, f in enumerate(futures) if f.done() and f.exception() is error), None
+            )
+            raise RuntimeError(
+                f"learner rank {rank if rank is not None else '?'} died during {waiting_for} "
+                f"({type(error).__name__}: {error}). A learner cannot be replaced mid-run (its "
+                "optimizer shard and process group are gone): the run stops; the last checkpoint "
+                "is intact and checkpoint.resume=auto continues from it"
+            ) from error
 
 
 def _learner_default(name: str) -> Any:

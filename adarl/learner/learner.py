@@ -21,6 +21,12 @@ loss is its additive share of the whole-batch loss (adarl.algo.loss normalises b
 counts) times the world size, undoing DeepSpeed's averaging over ranks, so the accumulated
 gradient is exactly the gradient of the one big batch.
 
+A step whose loss or gradient norm is NaN or infinite changes nothing: a micro-batch with a
+non-finite loss back-propagates NaN, and the optimizer then discards the whole update on every
+rank (DeepSpeed's overflow check at ZeRO 1-3 and under bf16; `_clip_stage0_gradients` for the
+stage-0 fp32 client optimizer, which DeepSpeed does not check). The weights, the optimizer state
+and the LR schedule stay as they were, and the rank reports `skipped_nonfinite`.
+
 The policy is π_T = softmax(logits / T) at the rollouts' temperature T (`temperature`): policy
 log-probs, entropy and the reference model's log-probs all use it, so the PPO ratio and the KL
 compare the distribution the engines sampled from (adarl/rollout/common.py). Log-probs and
@@ -104,6 +110,7 @@ class RankStepResult:
     padded_tokens: int  # Σ micro-batch rows × longest row: the compute actually spent
     forward_backward_s: float
     optimizer_step_s: float
+    skipped_nonfinite: bool = False  # the update was discarded: non-finite loss or gradients
 
 
 @dataclass(frozen=True)
@@ -360,6 +367,14 @@ class Learner:
         max_norm = self.max_grad_norm if self.max_grad_norm > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         self._stage0_grad_norm = float(norm)
+        finite = bool(torch.isfinite(norm))
+        if not finite:
+            # No gradient, no update: AdamW skips parameters whose grad is None.
+            for param in params:
+                param.grad = None
+        # DeepSpeed reads `overflow` after the step: no LR-schedule step, was_step_applied()
+        # False, as its own optimizers do for ZeRO 1-3 (this client optimizer has no check).
+        optimizer.overflow = not finite  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Release the engine and the process groups (so another learner can start here).
@@ -502,7 +517,13 @@ class Learner:
                     entropy_coef=settings.entropy_coef,
                 )
                 # DeepSpeed averages gradients over ranks; the shares must be summed instead.
-                engine.backward(out.loss * self.world_size, scale_wrt_gas=False)
+                loss = out.loss * self.world_size
+                if not bool(torch.isfinite(out.loss)):
+                    # Make every gradient of this pass NaN (a NaN term that is constant in the
+                    # weights would otherwise leave finite gradients), so that the optimizer's
+                    # check discards the whole update on every rank.
+                    loss = logprobs.sum() * float("nan")
+                engine.backward(loss, scale_wrt_gas=False)
                 for key, value in out.metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
         learning_rate = float(engine.get_lr()[0])
@@ -517,6 +538,7 @@ class Learner:
             padded_tokens=padded_tokens,
             forward_backward_s=forward_backward.seconds,
             optimizer_step_s=optimizer_step.seconds,
+            skipped_nonfinite=not engine.was_step_applied(),
         )
 
     def _last_grad_norm(self) -> float:
