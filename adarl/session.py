@@ -23,7 +23,7 @@ from adarl.allocator.build import allocator_kwargs
 from adarl.allocator.objective import declare_objective
 from adarl.allocator.variance_filter import build_variance_filter
 from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
-from adarl.cluster import blocking_proxy, ensure_ray, plan_resources, spawn_actor
+from adarl.cluster import blocking_proxy, cluster_nodes, ensure_ray, plan_resources, spawn_actor
 from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
@@ -111,11 +111,9 @@ class TrainingSession:
                 f"{config.allocator.prompts_per_step}: a step would hold a prompt twice; lower "
                 f"allocator.prompts_per_step to at most {num_prompts} or add prompts"
             )
+        faults = config.faults
         if not cluster.in_process:
-            import ray
-
             ensure_ray(address=cluster.address, num_cpus=cluster.num_cpus)
-            resources = ray.cluster_resources()
             self.plan = plan_resources(
                 rollout_engines=cluster.rollout_engines,
                 cpus_per_engine=cluster.cpus_per_engine,
@@ -124,9 +122,12 @@ class TrainingSession:
                 cpus_per_learner=cluster.cpus_per_learner,
                 gpus_per_learner=cluster.gpus_per_learner,
                 cpus_for_allocator=cluster.cpus_for_allocator,
-                available_cpus=float(resources.get("CPU", 0.0)),
-                available_gpus=float(resources.get("GPU", 0.0)),
+                nodes=cluster_nodes(),  # actors spread over the nodes, each pinned to its own
             )
+            log.info("placement: %s", self.plan.describe())
+
+        def scheduling(role: str) -> list[Any] | None:
+            return None if cluster.in_process else self.plan.scheduling(role)
 
         # The policy: built and cached once for built-ins; any HF directory otherwise.
         model_path = resolve_model_config(config.model)
@@ -167,9 +168,15 @@ class TrainingSession:
             self.allocator: BudgetAllocator = BudgetAllocator(**kwargs)
         else:
             handle = spawn_actor(
-                BudgetAllocator, num_cpus=cluster.cpus_for_allocator, name=None, **kwargs
+                BudgetAllocator,
+                num_cpus=cluster.cpus_for_allocator,
+                name=None,
+                scheduling_strategy=self.plan.scheduling("allocator")[0],
+                **kwargs,
             )
-            self.allocator = blocking_proxy(handle, BudgetAllocator)
+            self.allocator = blocking_proxy(
+                handle, BudgetAllocator, timeout_s=faults.allocator_call_timeout_s
+            )
 
         self.rollout = build_rollout_pool(
             config.rollout,
@@ -178,6 +185,8 @@ class TrainingSession:
             in_process=cluster.in_process,
             num_cpus_per_engine=cluster.cpus_per_engine,
             num_gpus_per_engine=cluster.gpus_per_engine,
+            faults=faults,
+            scheduling=scheduling("rollout_engine"),
         )
         self._closers.append(self.rollout.shutdown)
         self.learners = build_learner_group(
@@ -188,11 +197,18 @@ class TrainingSession:
             in_process=cluster.in_process,
             cpus_per_learner=cluster.cpus_per_learner,
             gpus_per_learner=cluster.gpus_per_learner,
+            faults=faults,
+            scheduling=scheduling("learner"),
         )
         self._closers.append(self.learners.shutdown)
         self.weight_sync = build_weight_sync(
-            config.learner.weight_sync, engines=self.rollout.engine_endpoints()
+            config.learner.weight_sync,
+            engines=self.rollout.engine_endpoints(),  # a live view: restarted engines included
+            timeout_s=faults.weight_sync_timeout_s,
         )
+        # A restarted rollout engine gets the learners' current weights before it serves.
+        weight_sync, learners = self.weight_sync, self.learners
+        self.rollout.set_weight_restorer(lambda endpoint: weight_sync.resync(endpoint, learners))
         self.driver = Driver(
             prompts=self.prompts,
             codec=self.codec,
@@ -207,6 +223,8 @@ class TrainingSession:
             on_step_end=self.on_step_end,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
+        if not cluster.in_process:  # learners on other nodes write shards the driver verifies
+            self.learners.check_shared_directory(self.checkpoints.root)
         self.resume_path = resolve_resume(self.run_dir, config.checkpoint.resume)
         self.start_step = 0
         self.base_eval: EvalResult | None = None

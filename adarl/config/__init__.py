@@ -13,6 +13,7 @@ Each area documents its fields once, in its own module's docstring:
 | `learner` | `LearnerConfig` | adarl/config/learner.py |
 | `logger` | `LoggerConfig` | adarl/config/logger.py |
 | `checkpoint` | `CheckpointConfig` | adarl/config/checkpoint.py |
+| `faults` | `FaultsConfig` | adarl/config/faults.py |
 | `trainer`, `eval`, `cluster` | `TrainerConfig`, ... | adarl/config/run.py |
 | `seed` (root) and derived seeds | | adarl/config/seeds.py |
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from adarl.config.allocator import AllocatorConfig
 from adarl.config.checkpoint import CheckpointConfig
 from adarl.config.dro import DroConfig
+from adarl.config.faults import FaultsConfig
 from adarl.config.learner import LearnerConfig
 from adarl.config.logger import LoggerConfig
 from adarl.config.model import ModelConfig
@@ -46,6 +48,7 @@ __all__ = [
     "ClusterConfig",
     "DroConfig",
     "EvalConfig",
+    "FaultsConfig",
     "LearnerConfig",
     "LoggerConfig",
     "ModelConfig",
@@ -73,6 +76,7 @@ class AdarlConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -100,6 +104,7 @@ class AdarlConfig:
             self.learner,
             self.logger,
             self.checkpoint,
+            self.faults,
             self.trainer,
             self.eval,
             self.cluster,
@@ -161,3 +166,10 @@ def validate_combinations(config: AdarlConfig) -> None:
             f"cluster.gpus_per_engine={tensor_parallel}"
         )
     check_real_model(config)
+    if config.faults.engine_failure != "fail" and config.learner.weight_sync.method == "broadcast":
+        raise ValueError(
+            f"faults.engine_failure={config.faults.engine_failure} needs "
+            "learner.weight_sync.method=object_store: a broadcast group is fixed at its first "
+            "push, so a restarted or dropped engine would hang it; set faults.engine_failure=fail "
+            "with broadcast"
+        )
