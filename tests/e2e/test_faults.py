@@ -11,6 +11,11 @@ fault, and the driver-kill/resume acceptance tests, are in tests/e2e/test_fault_
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -20,10 +25,13 @@ import pytest
 import ray
 
 from adarl.allocator import build_allocator
-from adarl.cluster import ensure_ray
+from adarl.allocator.allocator import BudgetAllocator
+from adarl.allocator.build import allocator_kwargs
+from adarl.cluster import blocking_proxy, ensure_ray, spawn_actor
 from adarl.config.allocator import AllocatorConfig
 from adarl.driver import RolloutPhase, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
+from adarl.reaper import REAPER_TOKEN_ENV, marked_processes
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
@@ -275,3 +283,57 @@ def test_a_step_survives_an_engine_kill_with_every_prompt_accounted_once(
     assert faulted.result.metrics["sampling/rollouts"] == faulted.rollouts
     assert faulted.rollouts == reference.rollouts
     assert outcome(faulted) == outcome(reference)
+
+
+# -- the driver's own process and its waits --------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_a_sigkilled_driver_leaves_no_ray_process_behind() -> None:
+    """Issue 16 saw Ray's agents orphaned after a driver's SIGKILL (they outlive it by 30-70 s);
+    the reaper kills every process of the driver's local cluster within seconds."""
+    script = textwrap.dedent(
+        """
+        import os, ray
+        from adarl.cluster import ensure_ray
+        from adarl.reaper import REAPER_TOKEN_ENV
+
+        ensure_ray(num_cpus=1)
+        actor = ray.remote(num_cpus=0)(lambda: os.getpid()).remote()
+        print(os.environ[REAPER_TOKEN_ENV], ray.get(actor), flush=True)
+        input()  # block until killed
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in (REAPER_TOKEN_ENV, "RAY_ADDRESS")}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=env,
+    )  # fmt: skip
+    try:
+        assert driver.stdout is not None
+        token, worker = driver.stdout.readline().split()
+        ray_processes = marked_processes(token)
+        assert int(worker) in ray_processes and len(ray_processes) >= 4  # GCS, raylet, agents...
+        driver.send_signal(signal.SIGKILL)
+        assert driver.wait(timeout=30) == -signal.SIGKILL
+        deadline = time.monotonic() + 20
+        while marked_processes(token):
+            assert time.monotonic() < deadline, f"left behind: {marked_processes(token)}"
+            time.sleep(0.1)
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+@pytest.mark.timeout(120)
+def test_a_stuck_allocator_call_times_out_naming_the_key() -> None:
+    handle = spawn_actor(BudgetAllocator, num_cpus=0, **allocator_kwargs(AllocatorConfig()))
+    ray.get(handle.state_dict.remote())  # up (an actor's start is not the call under test)
+    proxy = blocking_proxy(handle, BudgetAllocator, timeout_s=1.0)
+    assert proxy.state_dict() is not None  # answers while healthy
+    handle.__ray_call__.remote(lambda _allocator: time.sleep(10.0))  # now it is stuck
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"BudgetAllocator\.metrics .*faults\.allocator_call"):
+        proxy.metrics()
+    assert time.monotonic() - started < 5.0
+    ray.kill(handle)
