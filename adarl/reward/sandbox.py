@@ -65,6 +65,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from adarl.reaper import REAPER_TOKEN_ENV
+
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["auto", "strict", "python"]
@@ -361,6 +363,9 @@ class Sandbox:
                 "OMP_NUM_THREADS": "1",
                 "OPENBLAS_NUM_THREADS": "1",
                 "MKL_NUM_THREADS": "1",
+                # The driver's reaper mark (adarl/reaper.py): should the driver die while this
+                # runs, nothing is left to enforce the wall-time limit; the reaper kills it.
+                **{k: v for k, v in os.environ.items() if k == REAPER_TOKEN_ENV},
             }
             return self._execute(command, run_dir, work_dir, env, wall_s)
         finally:

@@ -112,3 +112,42 @@ def test_the_reaper_command_kills_marked_processes_now() -> None:
     finally:
         marked.kill()
         marked.wait()
+
+
+@pytest.mark.slow
+def test_a_sandbox_run_does_not_outlive_a_sigkilled_driver() -> None:
+    # A code-verifier candidate that sleeps: while the driver lives, the sandbox kills it at its
+    # wall-time limit; once the driver is SIGKILLed, no one would, but for the reaper.
+    script = textwrap.dedent(
+        """
+        import os
+        from adarl.reaper import REAPER_TOKEN_ENV, start_reaper
+        from adarl.reward.sandbox import Sandbox, SandboxLimits
+
+        start_reaper()
+        print(os.environ[REAPER_TOKEN_ENV], flush=True)
+        Sandbox(limits=SandboxLimits(timeout_s=600), isolation="python").run(
+            "import time\\ntime.sleep(3600)"
+        )
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != REAPER_TOKEN_ENV}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert driver.stdout is not None
+        token = driver.stdout.readline().strip()
+        deadline = time.monotonic() + 60
+        while True:  # the candidate's processes are up (harness supervisor and runner)
+            candidates = [p for p in marked_processes(token) if p != driver.pid]
+            if len(candidates) >= 2:
+                break
+            assert time.monotonic() < deadline, "the sandbox never started"
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGKILL)
+        assert driver.wait(timeout=30) == -signal.SIGKILL
+        assert wait_dead(candidates, timeout_s=15) == []
+    finally:
+        driver.kill()
+        driver.wait()
