@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the launch scripts. Finds the Ray CLI of the environment adarl is installed in and
 # puts that environment first on PATH: Ray runs job entrypoints (`python -m adarl.launch`) with
 # the PATH the node was started with, and a bare `python` from elsewhere lacks adarl's packages
