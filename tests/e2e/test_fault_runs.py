@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import ray
 from hydra import compose, initialize_config_dir
 
 from adarl.checkpoint import find_latest_checkpoint, load_checkpoint
@@ -206,17 +207,22 @@ def actor_pid(class_name: str) -> int:
     return found[0]
 
 
+def engine_pid(session: TrainingSession, slot: int) -> int:
+    endpoint = session.rollout.engine_handles()[slot].endpoint
+    return int(ray.get(endpoint.__ray_call__.remote(lambda _engine: os.getpid())))
+
+
 def kill_mid_step(
-    session: TrainingSession, class_name: str, *, slot: int = 0, stall_s: float = 0.0
+    session: TrainingSession, victim: Callable[[], int], *, slot: int = 0, stall_s: float = 0.0
 ) -> Callable[[StepOutcome], None]:
-    """An on_step_end hook: after step 1, SIGKILL `class_name`'s actor process as soon as step 2
+    """An on_step_end hook: after step 1, SIGKILL the process `victim()` names as soon as step 2
     has work in flight on engine `slot`; `stall_s` first keeps that engine busy so the work
     queues there (killing the engine itself then always catches requests in flight)."""
 
     def hook(outcome: StepOutcome) -> None:
         if outcome.step != 1:
             return
-        pid = actor_pid(class_name)
+        pid = victim()
         if stall_s:
             endpoint = session.rollout.engine_handles()[slot].endpoint
             endpoint.__ray_call__.remote(lambda _engine, s=stall_s: time.sleep(s))
@@ -246,7 +252,7 @@ def test_a_rollout_engine_killed_mid_step_is_restarted_with_the_current_weights(
     )
     rows: list[StepOutcome] = []
     with TrainingSession(config, run_dir=tmp_path) as session:
-        kill = kill_mid_step(session, "VLLMEngine", stall_s=20.0)
+        kill = kill_mid_step(session, lambda: engine_pid(session, 0), stall_s=20.0)
         session.driver.on_step_end = lambda outcome: (rows.append(outcome), kill(outcome))
         session.train()
         served = session.rollout.weight_versions()
@@ -270,8 +276,8 @@ def test_a_learner_killed_mid_run_stops_it_cleanly_and_resume_continues(
     ensure_ray(num_cpus=2)
     config = session_config(model_cache, tmp_path, "rollout=hf", "trainer.total_steps=4")
     with TrainingSession(config, run_dir=tmp_path) as session:
-        session.driver.on_step_end = kill_mid_step(session, "Learner")
-        with pytest.raises(RuntimeError, match=r"learner rank 0 died .*resume=auto"):
+        session.driver.on_step_end = kill_mid_step(session, lambda: actor_pid("Learner"))
+        with pytest.raises(RuntimeError, match=r"(?s)learner rank 0 died .*resume=auto"):
             session.train()
     # The step that failed never touched the checkpoints: step 1's is the latest, and loads.
     latest = find_latest_checkpoint(tmp_path / "checkpoints")
