@@ -194,7 +194,9 @@ class ResourcePlan:
         """One line per node: which actors the plan put there."""
         by_node: dict[str, list[str]] = {}
         for a in self.actors:
-            by_node.setdefault(a.node_address or "any node", []).append(f"{a.role}{a.index}")
+            # Nodes on one machine share an address: the id tells them apart.
+            node = f"{a.node_address} ({a.node_id[:8]})" if a.node_id else "any node"
+            by_node.setdefault(node, []).append(f"{a.role}{a.index}")
         return "; ".join(f"{node}: {', '.join(names)}" for node, names in by_node.items())
 
 
