@@ -10,6 +10,7 @@ Each area documents its fields once, in its own module's docstring:
 | `rollout` | `RolloutConfig` | adarl/config/rollout.py |
 | `allocator` | `AllocatorConfig` | adarl/config/allocator.py |
 | `dro` | `DroConfig` | adarl/config/dro.py |
+| `hints` | `HintsConfig` | adarl/config/hints.py |
 | `learner` | `LearnerConfig` | adarl/config/learner.py |
 | `logger` | `LoggerConfig` | adarl/config/logger.py |
 | `checkpoint` | `CheckpointConfig` | adarl/config/checkpoint.py |
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from adarl.config.allocator import AllocatorConfig
 from adarl.config.checkpoint import CheckpointConfig
 from adarl.config.dro import DroConfig
+from adarl.config.hints import HintsConfig
 from adarl.config.faults import FaultsConfig
 from adarl.config.learner import LearnerConfig
 from adarl.config.logger import LoggerConfig
@@ -48,6 +50,7 @@ __all__ = [
     "ClusterConfig",
     "DroConfig",
     "EvalConfig",
+    "HintsConfig",
     "FaultsConfig",
     "LearnerConfig",
     "LoggerConfig",
@@ -73,6 +76,7 @@ class AdarlConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     dro: DroConfig = field(default_factory=DroConfig)
+    hints: HintsConfig = field(default_factory=HintsConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -101,6 +105,7 @@ class AdarlConfig:
             self.rollout,
             self.allocator,
             self.dro,
+            self.hints,
             self.learner,
             self.logger,
             self.checkpoint,

@@ -1,7 +1,7 @@
 """One root seed seeds everything: each component's seed is derived from it unless set.
 
 `AdarlConfig.seed` is the run's seed. A component seed left at None (`task.seed`,
-`allocator.seed`, `rollout.seed`, `learner.seed`, `eval.seed`) becomes
+`allocator.seed`, `rollout.seed`, `learner.seed`, `eval.seed`, `hints.seed`) becomes
 `component_seed(root, name)` when the root config is built, and the resolved config saved in the
 run directory records the derived values. A seed set explicitly is kept. What the root seed does
 not touch, on purpose: the task's data (`task.arithmetic.seed`, `test_seed`, `split_seed`) and the
@@ -20,6 +20,7 @@ DERIVED_SEEDS: tuple[str, ...] = (
     "rollout.seed",
     "learner.seed",
     "eval.seed",
+    "hints.seed",
 )
 
 

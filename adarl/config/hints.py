@@ -1,0 +1,127 @@
+"""Structured config of hinting (SAGE): when a collapsed prompt gets a hint, of which level, and
+who writes it. Builders: `adarl.hints.build_hint_schedule`, `adarl.hints.build_hint_generator`,
+`adarl.hints.build_collapse_rule`. Levels, schedules and formats: docs/algorithms.md "Hints".
+
+`HintsConfig`
+    schedule: "off" (default: no hints; evaluation never has one either way), "sage" (escalate
+        ℓ = 1 → 2 → 3 within the step while the prompt stays collapsed) or "sage_light" (one hint
+        per prompt per step at a per-prompt level kept across epochs, moved by `up_threshold`
+        and `down_threshold`; checkpointed).
+    source: who writes the hints. "template": derived deterministically from the example's
+        `reference_solution`. "self": the current policy in hint mode, through the rollout
+        engines (the hint-mode prompt shows the reference solution; one generation writes all
+        three levels). "model": a separate hint model (`model`) on its own engine, built with
+        the `rollout` settings.
+    fallback: what a request gets when `self`/`model` found no usable hint for its level after
+        the retries: "template" (the template's hint, if it has one) or "none" (no hint; the
+        prompt is not re-rolled).
+    retries: further hint-mode generations for a prompt whose output did not give all three
+        levels (unparseable, a level missing, or a level rejected for stating the answer); 0 =
+        one generation only.
+    temperature: sampling temperature of hint-mode generations (0 = greedy; retries of a
+        greedy generation repeat it, so keep it > 0 when `retries` > 0).
+    max_hint_tokens: longest hint-mode generation, in tokens (all three levels together).
+    prompt_template: the hint-mode prompt, with `{prompt}` (the task prompt) and `{solution}`
+        (its reference solution; for arithmetic the worked steps). The default is the format
+        the built-in tiny model is warm-started on; give another hint model an instruction
+        that asks for the answer format `1[...]2[...]3[...]`.
+    show_template: how a hint is shown to the policy, appended to the prompt, with `{hint}`.
+        The default `[{hint}]` is the built-in tiny model's format.
+    model: the hint model (a Hugging Face directory or hub name) when `source` = "model".
+    up_threshold: sage_light moves a prompt's level up after an accuracy ≤ this (0.1).
+    down_threshold: sage_light moves a prompt's level down after an accuracy > this (0.35).
+    collapse_after_samples: the allocator declares a prompt collapsed (and asks for a hint)
+        once this many samples of it this step have no positive reward, or when its sampler
+        ends its sampling with none (uniform: its one draw; streaming: a cap or futility stop).
+    max_extra_rollouts_fraction: the cost ceiling of hinting: a step asks for a hint only while
+        the samples it drew on hinted prompts are below this fraction of those it drew on
+        unhinted ones (both counted at dispatch; a granted re-roll may end past it by one
+        prompt's draws). None (default) = no ceiling.
+    seed: seeds hint-mode sampling (with the prompt, the step and the attempt); None (default)
+        = derived from the root `seed` (adarl/config/seeds.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HINT_SCHEDULES: tuple[str, ...] = ("off", "sage", "sage_light")
+HINT_SOURCES: tuple[str, ...] = ("template", "self", "model")
+HINT_FALLBACKS: tuple[str, ...] = ("template", "none")
+DEFAULT_PROMPT_TEMPLATE = "hint:{prompt}({solution})"
+DEFAULT_SHOW_TEMPLATE = "[{hint}]"
+
+
+@dataclass
+class HintsConfig:
+    schedule: str = "off"
+    source: str = "self"
+    fallback: str = "template"
+    retries: int = 2
+    temperature: float = 1.0
+    max_hint_tokens: int = 96
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+    show_template: str = DEFAULT_SHOW_TEMPLATE
+    model: str | None = None
+    up_threshold: float = 0.1
+    down_threshold: float = 0.35
+    collapse_after_samples: int = 8
+    max_extra_rollouts_fraction: float | None = None
+    seed: int | None = None
+
+    def validate(self) -> None:
+        for key, value, allowed in (
+            ("schedule", self.schedule, HINT_SCHEDULES),
+            ("source", self.source, HINT_SOURCES),
+            ("fallback", self.fallback, HINT_FALLBACKS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"hints.{key}={value!r} is not one of {list(allowed)}")
+        if self.retries < 0:
+            raise ValueError(f"hints.retries={self.retries} must be >= 0 (0 = one generation)")
+        if self.temperature < 0:
+            raise ValueError(f"hints.temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if self.max_hint_tokens < 1:
+            raise ValueError(f"hints.max_hint_tokens={self.max_hint_tokens} must be >= 1")
+        for field in ("{prompt}", "{solution}"):
+            if field not in self.prompt_template:
+                raise ValueError(
+                    f"hints.prompt_template={self.prompt_template!r} lacks {field}; the hint "
+                    "mode must see the prompt and its reference solution"
+                )
+        if "{hint}" not in self.show_template:
+            raise ValueError(
+                f"hints.show_template={self.show_template!r} lacks {{hint}}, where the hint goes"
+            )
+        if self.source == "model" and not self.model:
+            raise ValueError(
+                "hints.source=model needs hints.model: a Hugging Face directory or hub name of "
+                "the hint model"
+            )
+        if self.model and self.source != "model":
+            raise ValueError(
+                f"hints.model={self.model!r} is set but hints.source={self.source!r}; set "
+                "hints.source=model to use it, or hints.model=null"
+            )
+        if not 0.0 <= self.up_threshold <= self.down_threshold <= 1.0:
+            raise ValueError(
+                f"hints.up_threshold={self.up_threshold} and hints.down_threshold="
+                f"{self.down_threshold} must satisfy 0 <= up_threshold <= down_threshold <= 1"
+            )
+        if self.max_extra_rollouts_fraction is not None and not (
+            self.max_extra_rollouts_fraction >= 0
+        ):
+            raise ValueError(
+                f"hints.max_extra_rollouts_fraction={self.max_extra_rollouts_fraction} must be "
+                ">= 0 or null (no ceiling)"
+            )
+        if self.collapse_after_samples < 1:
+            raise ValueError(
+                f"hints.collapse_after_samples={self.collapse_after_samples} must be >= 1"
+            )
+        fraction = self.max_extra_rollouts_fraction
+        if fraction is not None and not fraction > 0:
+            raise ValueError(
+                f"hints.max_extra_rollouts_fraction={fraction} must be > 0 (e.g. 0.25), or null "
+                "for no bound"
+            )
