@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from adarl.config.allocator import AllocatorConfig
 from adarl.config.checkpoint import CheckpointConfig
 from adarl.config.dro import DroConfig
-from adarl.config.hints import HintsConfig
 from adarl.config.faults import FaultsConfig
+from adarl.config.hints import HintsConfig
 from adarl.config.learner import LearnerConfig
 from adarl.config.logger import LoggerConfig
 from adarl.config.model import ModelConfig
@@ -50,8 +50,8 @@ __all__ = [
     "ClusterConfig",
     "DroConfig",
     "EvalConfig",
-    "HintsConfig",
     "FaultsConfig",
+    "HintsConfig",
     "LearnerConfig",
     "LoggerConfig",
     "ModelConfig",
