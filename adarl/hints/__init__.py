@@ -1,0 +1,34 @@
+"""Hinting (SAGE): hint levels, the hint generator and its sources, schedules, and the collapse
+rule the allocator uses to decide that a prompt needs a hint (docs/algorithms.md "Hints")."""
+
+from adarl.hints.collapse import CollapseRule, build_collapse_rule
+from adarl.hints.format import leaks_answer, parse_levels, render_levels
+from adarl.hints.generator import HintGenerator, build_hint_generator
+from adarl.hints.schedule import (
+    HintSchedule,
+    OffSchedule,
+    SageLightSchedule,
+    SageSchedule,
+    build_hint_schedule,
+)
+from adarl.hints.template import hint_mode_solution, template_levels
+from adarl.hints.types import Hint, HintRequest
+
+__all__ = [
+    "CollapseRule",
+    "Hint",
+    "HintGenerator",
+    "HintRequest",
+    "HintSchedule",
+    "OffSchedule",
+    "SageLightSchedule",
+    "SageSchedule",
+    "build_collapse_rule",
+    "build_hint_generator",
+    "build_hint_schedule",
+    "hint_mode_solution",
+    "leaks_answer",
+    "parse_levels",
+    "render_levels",
+    "template_levels",
+]
