@@ -36,7 +36,7 @@ from adarl.config.model import (
 )
 from adarl.models.bpe import build_bpe_tokenizer
 from adarl.models.mid import build_mid_model_dir
-from adarl.models.tiny import build_tiny_model_dir
+from adarl.models.tiny import AuxiliaryPairs, build_tiny_model_dir
 from adarl.models.tokenizer import build_char_tokenizer
 
 CACHE_DIR_ENV = "ADARL_CACHE_DIR"
@@ -72,12 +72,19 @@ def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
 def _arithmetic_fingerprint() -> str:
     # The generator's source and default mix stand in for the data: hashing ~40k generated
     # pairs would cost seconds on every load, this costs microseconds and still changes
-    # whenever the task's code or levels do.
+    # whenever the task's code or levels do (and the hint rows', adarl/hints/warm_start.py).
+    from adarl.hints.warm_start import hint_data_fingerprint
     from adarl.tasks import arithmetic
 
     digest = hashlib.sha256(inspect.getsource(arithmetic).encode())
     digest.update(repr(arithmetic.DEFAULT_LEVELS).encode())
-    return "arithmetic:" + digest.hexdigest()[:16]
+    return "arithmetic:" + digest.hexdigest()[:16] + "+" + hint_data_fingerprint()
+
+
+def _arithmetic_hints(tiny: TinyModelConfig) -> list[AuxiliaryPairs]:
+    from adarl.hints.warm_start import arithmetic_hint_auxiliary
+
+    return arithmetic_hint_auxiliary(tiny.sft_steps, seed=tiny.sft_seed)
 
 
 def resolve_model_path(
@@ -99,6 +106,7 @@ def resolve_model_path(
         build_tiny_model_dir(
             tiny,
             train_pairs=lambda: _arithmetic_pairs(tiny),
+            auxiliary=lambda: _arithmetic_hints(tiny),
             data_fingerprint=_arithmetic_fingerprint(),
             cache_root=root,
             name=name_or_path,

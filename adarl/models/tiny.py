@@ -7,6 +7,9 @@ then sees every tensor under its own name, and an `lm_head` edit does not move t
 The warm start is plain supervised fine-tuning on (prompt, answer) pairs of a task's train split:
 the sequence is `<bos> prompt answer <eos>` and the loss covers only `answer <eos>`. It is short on
 purpose: the goal is a base policy with a spread of pass rates for RL to improve, not a solved task.
+Auxiliary sets (`AuxiliaryPairs`) are trained alongside with their own loss term; the built-in
+arithmetic model learns the two hint formats this way (adarl/hints/warm_start.py): hinted
+prompts, and the hint mode that writes hints from a reference solution.
 
 The cache key is a hash of everything that determines the weights (architecture, warm-start
 settings, tokenizer vocabulary and a fingerprint of the training data's recipe), so changing the
@@ -23,7 +26,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,7 +36,7 @@ from adarl.config.model import TinyModelConfig
 from adarl.models.tokenizer import build_char_tokenizer
 
 # Bump when the build procedure changes in a way the config does not capture.
-BUILD_FORMAT_VERSION = 1
+BUILD_FORMAT_VERSION = 2  # 2: auxiliary sets (the hint formats) trained alongside
 BUILD_INFO_FILE = "adarl_build.json"
 
 
@@ -42,8 +45,28 @@ class WarmStartStats:
     steps: int
     examples: int
     initial_loss: float
-    final_loss: float  # mean answer-token NLL over the last 10% of steps
+    final_loss: float  # mean answer-token NLL of the task pairs over the last 10% of steps
     seconds: float
+    # Per auxiliary set trained alongside: pairs used, pairs left out for being longer than the
+    # model, final loss (as `final_loss`).
+    auxiliary: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuxiliaryPairs:
+    """Extra (prompt, answer) pairs trained alongside a warm start's task pairs, `batch_size`
+    of them per step with their own loss term (the hint formats: adarl/hints/warm_start.py)."""
+
+    name: str
+    pairs: Sequence[tuple[str, str]]
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or not self.pairs:
+            raise ValueError(
+                f"auxiliary warm-start set {self.name!r}: needs batch_size >= 1 (got "
+                f"{self.batch_size}) and at least one pair (got {len(self.pairs)})"
+            )
 
 
 def build_tiny_qwen2(
@@ -113,18 +136,26 @@ def warm_start(
     learning_rate: float,
     weight_decay: float,
     seed: int,
+    auxiliary: Sequence[AuxiliaryPairs] = (),
 ) -> WarmStartStats:
-    """Supervised training on `pairs` (prompt, answer); loss on the answer and `<eos>` only."""
+    """Supervised training on `pairs` (prompt, answer); loss on the answer and `<eos>` only.
+
+    Each `auxiliary` set (e.g. the hint formats, adarl/hints/warm_start.py) is trained
+    alongside: every step adds the mean answer loss of `batch_size` of its pairs to the task
+    pairs' loss. The task pairs are drawn in the same order with or without them."""
     if steps > 0 and not pairs:
         raise ValueError("warm start got no (prompt, answer) pairs; check the task's train split")
-    encoded = encode_sft_pairs(tokenizer, pairs)
-    too_long = [i for i, (p, a) in enumerate(encoded) if len(p) + len(a) > _max_positions(model)]
-    if too_long:
-        raise ValueError(
-            f"warm start: {len(too_long)} pairs exceed the model's max_position_embeddings "
-            f"({_max_positions(model)}), e.g. pair {too_long[0]}: {pairs[too_long[0]]!r}; "
-            "raise model.tiny.max_position_embeddings or shorten the task"
-        )
+    encoded = _encode_checked(model, tokenizer, pairs)
+    # An auxiliary pair longer than the model is left out (a short test model simply sees fewer
+    # hint rows); a set left empty is skipped. Both are counted in the returned stats.
+    aux_rows = [
+        [pair for pair in encode_sft_pairs(tokenizer, aux.pairs) if _fits(model, pair)]
+        for aux in auxiliary
+    ]
+    aux_batches = [
+        _Batches(rows, aux.batch_size, seed=seed + 1 + i) if rows else None
+        for i, (aux, rows) in enumerate(zip(auxiliary, aux_rows, strict=True))
+    ]
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=learning_rate, weight_decay=weight_decay, betas=(0.9, 0.98)
     )
@@ -137,34 +168,90 @@ def warm_start(
         return 0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(encoded), generator=generator)
-    cursor = 0
+    batches = _Batches(encoded, batch_size, seed=seed)
     losses: list[float] = []
+    aux_losses: list[list[float]] = [[] for _ in auxiliary]
     model.train()
     start = time.perf_counter()
     for _ in range(steps):
-        if cursor + batch_size > len(order):  # a fresh permutation per epoch
-            order, cursor = torch.randperm(len(encoded), generator=generator), 0
-        batch = [encoded[int(i)] for i in order[cursor : cursor + batch_size]]
-        cursor += batch_size
-        input_ids, attention_mask, labels = _collate(batch, tokenizer.pad_token_id)
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss = _answer_loss(model, batches.next(), tokenizer.pad_token_id)
+        losses.append(loss.item())
+        for aux, history in zip(aux_batches, aux_losses, strict=True):
+            if aux is None:
+                continue
+            aux_loss = _answer_loss(model, aux.next(), tokenizer.pad_token_id)
+            history.append(aux_loss.item())
+            loss = loss + aux_loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
-        losses.append(loss.item())
     model.eval()
-    tail = losses[-max(1, steps // 10) :] if losses else [math.nan]
     return WarmStartStats(
         steps=steps,
         examples=len(pairs),
         initial_loss=losses[0] if losses else math.nan,
-        final_loss=sum(tail) / len(tail),
+        final_loss=_tail_mean(losses),
         seconds=time.perf_counter() - start,
+        auxiliary={
+            aux.name: {
+                "examples": len(rows),
+                "too_long": len(aux.pairs) - len(rows),
+                "final_loss": _tail_mean(history),
+            }
+            for aux, rows, history in zip(auxiliary, aux_rows, aux_losses, strict=True)
+        },
     )
+
+
+class _Batches:
+    """Batches of `size` from `rows` in seeded random order, a fresh permutation per epoch."""
+
+    def __init__(self, rows: list[tuple[list[int], list[int]]], size: int, *, seed: int) -> None:
+        self._rows, self._size = rows, size
+        self._generator = torch.Generator().manual_seed(seed)
+        self._order = torch.randperm(len(rows), generator=self._generator)
+        self._cursor = 0
+
+    def next(self) -> list[tuple[list[int], list[int]]]:
+        if self._cursor + self._size > len(self._order):
+            self._order = torch.randperm(len(self._rows), generator=self._generator)
+            self._cursor = 0
+        batch = [self._rows[int(i)] for i in self._order[self._cursor : self._cursor + self._size]]
+        self._cursor += self._size
+        return batch
+
+
+def _answer_loss(
+    model: Qwen2ForCausalLM, batch: Sequence[tuple[list[int], list[int]]], pad_token_id: int
+) -> torch.Tensor:
+    input_ids, attention_mask, labels = _collate(batch, pad_token_id)
+    return model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+
+
+def _tail_mean(losses: list[float]) -> float:
+    """Mean over the last 10% of steps."""
+    tail = losses[-max(1, len(losses) // 10) :] if losses else [math.nan]
+    return sum(tail) / len(tail)
+
+
+def _fits(model: Qwen2ForCausalLM, pair: tuple[list[int], list[int]]) -> bool:
+    return len(pair[0]) + len(pair[1]) <= _max_positions(model)
+
+
+def _encode_checked(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]]
+) -> list[tuple[list[int], list[int]]]:
+    encoded = encode_sft_pairs(tokenizer, pairs)
+    too_long = [i for i, pair in enumerate(encoded) if not _fits(model, pair)]
+    if too_long:
+        raise ValueError(
+            f"warm start: {len(too_long)} pairs exceed the model's max_position_embeddings "
+            f"({_max_positions(model)}), e.g. pair {too_long[0]}: {pairs[too_long[0]]!r}; "
+            "raise model.tiny.max_position_embeddings or shorten the task"
+        )
+    return encoded
 
 
 def _max_positions(model: Qwen2ForCausalLM) -> int:
@@ -194,11 +281,13 @@ def build_tiny_model_dir(
     data_fingerprint: str,
     cache_root: Path,
     name: str,
+    auxiliary: Callable[[], Sequence[AuxiliaryPairs]] | None = None,
 ) -> Path:
     """The cached model directory for `config` and the warm-start data, built first if absent.
 
-    `train_pairs` makes the (prompt, answer) pairs and is called only when building;
-    `data_fingerprint` must change whenever they would (it is part of the cache key).
+    `train_pairs` makes the (prompt, answer) pairs and `auxiliary` the sets trained alongside
+    them (`warm_start`); both are called only when building. `data_fingerprint` must change
+    whenever either would (it is part of the cache key).
 
     Built into a private temporary directory and renamed into place, so a reader never sees a
     half-written model and concurrent builders (several actors, parallel tests) are safe: the
@@ -221,6 +310,7 @@ def build_tiny_model_dir(
                 model,
                 tokenizer,
                 train_pairs(),
+                auxiliary=auxiliary() if auxiliary is not None else (),
                 steps=config.sft_steps,
                 batch_size=config.sft_batch_size,
                 learning_rate=config.sft_learning_rate,

@@ -183,3 +183,61 @@ def test_builtin_tokenizer_needs_no_model_build(tmp_path: Path, monkeypatch) -> 
     tokenizer = load_tokenizer(TINY_ARITHMETIC)
     assert tokenizer("1 2")["input_ids"] == build_char_tokenizer()("1 2")["input_ids"]
     assert not (tmp_path / "models").exists()
+
+
+def test_auxiliary_pairs_are_trained_alongside_the_task_pairs() -> None:
+    tokenizer = build_char_tokenizer()
+    config = dataclasses.replace(MICRO, hidden_size=64)
+    pairs = [(f"{a}+{b}=", str(a + b)) for a in range(10) for b in range(10)]
+    # An auxiliary format the task pairs never show: reverse two digits after a marker.
+    aux = [(f"r{a}{b}:", f"{b}{a}") for a in range(10) for b in range(10)]
+    too_long = [("r" * 70 + ":", "1")]  # longer than the model: left out, counted
+
+    def train(auxiliary):
+        model = tiny.build_tiny_qwen2(config, tokenizer)
+        stats = tiny.warm_start(
+            model,
+            tokenizer,
+            pairs,
+            steps=60,
+            batch_size=32,
+            learning_rate=3e-3,
+            weight_decay=0.0,
+            seed=0,
+            auxiliary=auxiliary,
+        )
+        return model, stats
+
+    plain_model, plain = train(())
+    with_aux_model, with_aux = train([tiny.AuxiliaryPairs("reverse", aux + too_long, 16)])
+    assert plain.auxiliary == {}
+    assert with_aux.auxiliary["reverse"]["examples"] == 100
+    assert with_aux.auxiliary["reverse"]["too_long"] == 1
+    assert with_aux.auxiliary["reverse"]["final_loss"] < 2.5  # learned, from ~4.5
+    # The auxiliary format was learned: its answer loss is far lower than without it.
+    batch = tiny._collate(tiny.encode_sft_pairs(tokenizer, aux), tokenizer.pad_token_id)
+    with torch.no_grad():
+        loss_with = with_aux_model(
+            input_ids=batch[0], attention_mask=batch[1], labels=batch[2]
+        ).loss
+        loss_without = plain_model(
+            input_ids=batch[0], attention_mask=batch[1], labels=batch[2]
+        ).loss
+    assert loss_with < loss_without - 1.0
+    # The task pairs were drawn in the same order: the first step's task loss is identical.
+    assert with_aux.initial_loss == plain.initial_loss
+
+
+def test_an_empty_auxiliary_set_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one pair"):
+        tiny.AuxiliaryPairs("hints", [], 4)
+    with pytest.raises(ValueError, match="batch_size >= 1"):
+        tiny.AuxiliaryPairs("hints", [("a", "b")], 0)
+
+
+def test_the_builtin_learns_the_hint_formats(tmp_path: Path) -> None:
+    path = Path(resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO))
+    hints = json.loads((path / "adarl_build.json").read_text())["warm_start"]["auxiliary"]
+    # MICRO has 64 positions: the short hint rows fit, the longest hint-mode rows do not.
+    assert hints["hints"]["examples"] > 0
+    assert hints["hints"]["too_long"] > 0
