@@ -34,6 +34,9 @@ from adarl.rollout.codec import PromptCodec
 from adarl.types import GenerationRequest, GenerationResult, SamplingParams, TaskExample
 
 GenerateFn = Callable[[list[GenerationRequest]], list[GenerationResult]]
+# A prompt without a reference solution gets no hint (counted as unavailable), not an error: a
+# file task may have solutions for only some rows.
+_NO_SOLUTION = "the example has no reference_solution to derive a hint from"
 
 
 def _hint_seed(seed: int, prompt_id: str, step: int, attempt: int) -> int:
@@ -163,6 +166,8 @@ class HintGenerator:
         return Hint(request.prompt_id, request.level, self._show(content), "template", why_fallback)
 
     def _answer(self, request: HintRequest) -> Hint:
+        if not request.example.reference_solution:
+            return Hint(request.prompt_id, request.level, None, "none", _NO_SOLUTION)
         if self._source == "template":
             return self._template_hint(request, why_fallback=None)
         payload = self._payloads[request.prompt_id]
@@ -184,7 +189,7 @@ class HintGenerator:
                 self._step, self._payloads = request.step, {}  # a new step: new weights
         examples: dict[str, TaskExample] = {}
         for request in requests:
-            if request.prompt_id not in self._payloads:
+            if request.prompt_id not in self._payloads and request.example.reference_solution:
                 examples.setdefault(request.prompt_id, request.example)
         step = self._step if self._step is not None else 0
         pending = {prompt_id: _Payload() for prompt_id in examples}

@@ -1,7 +1,8 @@
 """Deterministic hint levels from an example's reference solution (the `template` source), and
 the solution text the hint mode is shown (the `self` and `model` sources).
 
-Arithmetic examples use the worked steps of adarl/hints/arithmetic.py. Any other task falls back
+Arithmetic examples use the worked steps of adarl/hints/arithmetic.py. Any other task, and an
+arithmetic-scored file task whose solution is not in the built-in step format, falls back
 to a coarse split of its reference solution into steps (its lines, else its sentences):
 ℓ1 the first step, ℓ2 the first half of the steps, ℓ3 every step but the last. A task with a
 better notion of levels gets its own module, like arithmetic.
@@ -41,6 +42,16 @@ def _text_levels(solution: str) -> dict[int, str | None]:
     }
 
 
+def _raw_levels(example: TaskExample) -> dict[int, str | None]:
+    solution = _require_solution(example)
+    if example.task == ARITHMETIC_TASK:
+        try:
+            return arithmetic_levels(example)
+        except ValueError:
+            pass  # not in the built-in task's step format (a file task): split it as text
+    return _text_levels(solution)
+
+
 def _require_solution(example: TaskExample) -> str:
     if not example.reference_solution:
         raise ValueError(
@@ -53,28 +64,17 @@ def _require_solution(example: TaskExample) -> str:
 
 def template_levels(example: TaskExample) -> dict[int, str | None]:
     """Level → usable hint content (None: unusable there: absent, or it leaks the answer)."""
-    _require_solution(example)
-    levels = (
-        arithmetic_levels(example)
-        if example.task == ARITHMETIC_TASK
-        else _text_levels(example.reference_solution or "")
-    )
     return {
         level: None
         if content is None or leaks_answer(content, answer=example.answer, prompt=example.prompt)
         else content
-        for level, content in levels.items()
+        for level, content in _raw_levels(example).items()
     }
 
 
 def template_unusable_reason(example: TaskExample, level: int) -> str:
     """Why `template_levels(example)[level]` is None, for `Hint.error`."""
-    raw = (
-        arithmetic_levels(example)
-        if example.task == ARITHMETIC_TASK
-        else _text_levels(example.reference_solution or "")
-    )[level]
-    if raw is None:
+    if _raw_levels(example)[level] is None:
         return (
             f"the reference solution of {example.prompt_id!r} has a single step: a level-{level} "
             "hint would repeat the prompt or state the answer"
@@ -86,4 +86,9 @@ def hint_mode_solution(example: TaskExample) -> str:
     """The reference solution as the hint mode sees it: arithmetic's worked steps (a one-step
     solution is worked by place value, adarl/hints/arithmetic.py), else the solution as given."""
     solution = _require_solution(example)
-    return worked_solution(example) if example.task == ARITHMETIC_TASK else solution
+    if example.task == ARITHMETIC_TASK:
+        try:
+            return worked_solution(example)
+        except ValueError:
+            pass  # not in the built-in task's step format: shown as given
+    return solution

@@ -11,6 +11,7 @@ import pytest
 from adarl.hints.arithmetic import parse_steps, place_value_steps, worked_solution
 from adarl.hints.template import hint_mode_solution, template_levels
 from adarl.tasks.arithmetic import make_example, sample_examples
+from adarl.types import TaskExample
 
 
 def _example(operands: list[int], operators: str):
@@ -117,3 +118,21 @@ def test_an_example_without_a_solution_cannot_be_hinted() -> None:
     bare = type(example)(prompt_id="x", prompt="12+7=", answer="19", task="arithmetic")
     with pytest.raises(ValueError, match="reference_solution"):
         template_levels(bare)
+
+
+def test_a_free_text_solution_of_an_arithmetic_scored_task_is_split_as_text() -> None:
+    # A file task scored by the arithmetic verifier, its solution in words: three sentences.
+    example = TaskExample(
+        prompt_id="f/1",
+        prompt="What is 12+7-3?",
+        answer="16",
+        reference_solution="First add 12 and 7. That gives 19. Then subtract 3 to get 16.",
+        task="arithmetic",
+    )
+    assert hint_mode_solution(example) == example.reference_solution
+    # ℓ1 the first sentence, ℓ2 the first half (2 of 3), ℓ3 all but the last (which states 16).
+    assert template_levels(example) == {
+        1: "First add 12 and 7.",
+        2: "First add 12 and 7. That gives 19.",
+        3: "First add 12 and 7. That gives 19.",
+    }

@@ -151,3 +151,15 @@ def test_requests_and_builders_name_what_is_wrong() -> None:
         )
     with pytest.raises(ValueError, match="writes hints with a model"):
         HintGenerator(source="self")
+
+
+def test_a_prompt_without_a_reference_solution_gets_no_hint_and_no_generation() -> None:
+    bare = TaskExample(prompt_id="bare", prompt="12+7-3=", answer="16", task="arithmetic")
+    generator, engine = _generator({})  # a hint-mode call would fail: no script at all
+    template = HintGenerator(source="template")
+    for source in (generator, template):
+        (hint,) = source.hints([HintRequest("bare", bare, 1)])
+        assert hint.text is None and hint.source == "none"
+        assert "reference_solution" in (hint.error or "")
+        assert source.metrics()["sampling/hints_unavailable"] == 1
+    assert engine.metrics()["perf/rollout_samples_total"] == 0
