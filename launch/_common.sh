@@ -25,3 +25,6 @@ if [[ ! -x "$RAY_BIN" ]]; then
 fi
 PATH="$(dirname "$RAY_BIN"):$PATH"
 export PATH RAY_BIN ADARL_ROOT
+# Ray's GCS keeps the events of the last 100k tasks by default (~3.2 MiB per 1000 actor calls,
+# measured with Ray 2.60): a long run grows it by hundreds of MiB for a history it never reads.
+export RAY_task_events_max_num_task_in_gcs="${RAY_task_events_max_num_task_in_gcs:-1000}"

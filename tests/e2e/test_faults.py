@@ -20,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ray
@@ -314,6 +315,11 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind() -> None:
         token, worker = driver.stdout.readline().split()
         ray_processes = marked_processes(token)
         assert int(worker) in ray_processes and len(ray_processes) >= 4  # GCS, raylet, agents...
+        # Its GCS keeps a bounded task history (the soak saw the default grow it 55%).
+        gcs = [p for p in ray_processes if b"gcs_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert b"RAY_task_events_max_num_task_in_gcs=1000" in Path(
+            f"/proc/{gcs[0]}/environ"
+        ).read_bytes().split(b"\0")
         driver.send_signal(signal.SIGKILL)
         assert driver.wait(timeout=30) == -signal.SIGKILL
         deadline = time.monotonic() + 20
