@@ -3,7 +3,7 @@ built (`adarl.run`), never by a branch here.
 
     PromptSource ─► BudgetAllocator ─ PromptRequest ─► RolloutPool (engines)
        ▲               ▲   │                              │ GenerationResult ─► Rollout
-       │               │   └─ collapsed? ─► hint slot ────┘
+       │               │   └─ collapsed? ─► HintGenerator ┘ (re-rolled on (x, h))
        │               │                                   ▼
        │               └── observe(ScoredRollout) ◄── RewardPool
        │                                                   ▼
@@ -11,7 +11,7 @@ built (`adarl.run`), never by a branch here.
        │                                                   │ Group ─► TrainBatch
        │                                                   ▼
        │                LearnerGroup (DeepSpeed ZeRO): one generic loss, one optimizer step
-       │                     │ per-prompt gradient norms ─► BudgetAllocator
+       │                     │ statistics requests (GVM's gradient norms) ◄─► BudgetAllocator
        └── Checkpoint ◄── WeightSync ─► engines (new weight version)
 
 A step:
@@ -19,7 +19,7 @@ A step:
     examples = prompts.next_batch(prompts_per_step)
     groups   = collect_groups(step, examples)      # allocator ⇄ rollout pool ⇄ reward pool
     batch    = TrainBatch.from_groups(groups)
-    trained  = learners.train_step(batch)          # + per-prompt gradient norms to the allocator
+    trained  = learners.train_step(batch)
     version  = sync_weights()                      # learners ─► engines
     evaluate / log / checkpoint
 """
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-import torch
 
 from adarl.allocator.allocator import BudgetAllocator, StepResult
 from adarl.allocator.pool_reward import PoolReward
+from adarl.hints.types import Hint, HintRequest
 from adarl.learner.group import LearnerGroup
 from adarl.rollout.codec import PromptCodec
 from adarl.types import (
@@ -47,6 +47,8 @@ from adarl.types import (
     Rollout,
     SamplingParams,
     ScoredRollout,
+    StatisticsReply,
+    StatisticsRequest,
     TaskExample,
     TrainBatch,
 )
@@ -83,10 +85,11 @@ class RewardPoolLike(Protocol):
     def metrics(self) -> dict[str, float]: ...
 
 
-class HintSlot(Protocol):
-    """Optional: rewrites requests of collapsed prompts (SAGE). None = no hints."""
+class HintGeneratorLike(Protocol):
+    """`adarl.hints.HintGenerator` (in-process, or its actor through a blocking proxy)."""
 
-    def __call__(self, requests: list[PromptRequest]) -> list[PromptRequest]: ...
+    def hints(self, requests: Sequence[HintRequest]) -> list[Hint]: ...
+    def metrics(self) -> dict[str, float]: ...
 
 
 def merge_metrics(sources: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -307,8 +310,9 @@ def collect_groups(
     rewards: RewardPoolLike,
     prompts: PromptSourceLike,
     codec: PromptCodec,
-    hints: HintSlot | None = None,
+    hints: HintGeneratorLike | None = None,
     pool_reward: PoolReward | None = None,
+    statistics: Callable[[StatisticsRequest], StatisticsReply] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> RolloutPhase:
     """One step's rollout phase: stream requests through the engines until the allocator says
@@ -316,6 +320,10 @@ def collect_groups(
 
         dispatch(allocator.start_step(step, examples))
         until the allocator reports the step complete:
+            if it asks for hints (collapsed prompts, SAGE): get them from `hints` (the hint
+                  generator) and hand them back; the allocator re-rolls those prompts on (x, h)
+            if it asks for a statistic (GVM's gradient norms of its pilot): compute it with
+                  `statistics` (the learners) and hand it back
             if it wants more prompts (dynamic filter): hand it prompts.next_batch(k)
             else: take every result already back, score them together, and hand them to the
                   allocator in one call; dispatch the follow-up draws they unlock
@@ -326,14 +334,17 @@ def collect_groups(
     with a simulated rollout pool and its virtual `clock`, so what they measure is this loop.
     Timings (on `clock`): `timing/rollout_wait_s` blocked waiting for engines,
     `timing/allocator_s` in allocator calls, `timing/dispatch_s` building and submitting
-    requests, `timing/pool_reward_s` in the pool reward stage; the reward pool reports
-    `timing/reward_s` (scoring) itself.
+    requests, `timing/statistics_s` computing requested statistics, `timing/pool_reward_s` in
+    the pool reward stage; the reward pool reports `timing/reward_s` (scoring) and the hint
+    generator `timing/hint_s` (writing hints) themselves.
     """
     phase_start = clock()
-    waited = in_allocator = dispatching = 0.0
+    waited = in_allocator = dispatching = in_statistics = 0.0
     rollouts_done = tokens_done = 0
     rollout.metrics()  # opens the rollout pool's window: its metrics below are this phase only
     rewards.metrics()  # likewise for the reward pool (evaluation traffic is counted apart)
+    if hints is not None:
+        hints.metrics()  # and for the hint generator
     pending: dict[str, tuple[PromptRequest, GenerationRequest]] = {}
 
     def dispatch(requests: Sequence[PromptRequest]) -> None:
@@ -341,9 +352,8 @@ def collect_groups(
         if not requests:
             return
         start = clock()
-        chosen = hints(list(requests)) if hints is not None else list(requests)
-        sent = [codec.generation_request(r) for r in chosen]
-        for request, generation in zip(chosen, sent, strict=True):
+        sent = [codec.generation_request(r) for r in requests]
+        for request, generation in zip(requests, sent, strict=True):
             pending[request.request_id] = (request, generation)
         rollout.submit(sent)
         dispatching += clock() - start
@@ -353,7 +363,34 @@ def collect_groups(
     state = allocator.update()
     in_allocator += clock() - start
     dispatch(first)
+    dispatch(state.requests)
     while not state.complete:
+        if state.hints:
+            if hints is None:
+                raise RuntimeError(
+                    f"step {step}: the allocator asked for {len(state.hints)} hints but this "
+                    "rollout phase has no hint generator (pass hints=...)"
+                )
+            answers = hints.hints(state.hints)
+            start = clock()
+            state = allocator.update(hints=answers)
+            in_allocator += clock() - start
+            dispatch(state.requests)
+            continue
+        if state.statistics is not None:
+            if statistics is None:
+                raise RuntimeError(
+                    f"step {step}: the sampler asked for {state.statistics.kind!r} statistics but "
+                    "this rollout phase has no statistics provider (pass statistics=...)"
+                )
+            start = clock()
+            reply = statistics(state.statistics)
+            in_statistics += clock() - start
+            start = clock()
+            state = allocator.update(statistics=reply)
+            in_allocator += clock() - start
+            dispatch(state.requests)
+            continue
         if state.prompts_wanted:
             batch = prompts.next_batch(state.prompts_wanted)
             start = clock()
@@ -407,10 +444,12 @@ def collect_groups(
             "rollout pool": pool_metrics,
             "reward pool": rewards.metrics(),
             "pool reward": stage_metrics,
+            "hint generator": hints.metrics() if hints is not None else {},
             "rollout phase": {
                 "timing/rollout_wait_s": waited,
                 "timing/allocator_s": in_allocator,
                 "timing/dispatch_s": dispatching,
+                "timing/statistics_s": in_statistics,
             },
         }
     )
@@ -444,8 +483,7 @@ class Driver:
         learners: LearnerGroup,
         weight_sync: WeightSync,
         prompts_per_step: int,
-        positive_threshold: float,
-        hints: HintSlot | None = None,
+        hints: HintGeneratorLike | None = None,
         pool_reward: PoolReward | None = None,
         on_step_end: Callable[[StepOutcome], None] | None = None,
     ) -> None:
@@ -457,7 +495,6 @@ class Driver:
         self.learners = learners
         self.weight_sync = weight_sync
         self.prompts_per_step = prompts_per_step
-        self.positive_threshold = positive_threshold
         self.hints = hints
         self.pool_reward = pool_reward
         self.on_step_end = on_step_end
@@ -515,33 +552,21 @@ class Driver:
             codec=self.codec,
             hints=self.hints,
             pool_reward=self.pool_reward,
+            statistics=self.statistics,
         )
         self.rollouts_generated += phase.rollouts
         self.tokens_generated += phase.tokens
         return phase
 
+    def statistics(self, request: StatisticsRequest) -> StatisticsReply:
+        """A sampler's statistics request, computed by the learners at the current weights."""
+        return self.learners.sample_statistics(request, pad_token_id=self.codec.pad_token_id)
+
     def train(self, step: int, batch: TrainBatch, result: StepResult) -> dict[str, float]:
         if batch.num_sequences == 0:
             # Nothing to learn from (e.g. every prompt collapsed): a deliberate, logged skip.
             return {"train/skipped_empty_batch": 1.0, "train/sequences": 0.0}
-        # GVM-style allocators need per-prompt gradient norms of the correct samples.
-        mask = None
-        if self.allocator.wants_gradient_norms():
-            mask = torch.tensor(
-                [
-                    s.reward > self.positive_threshold
-                    for group in result.groups
-                    for s in group.rollouts
-                ],
-                dtype=torch.bool,
-            )
-        trained = self.learners.train_step(batch, grad_norm_mask=mask)
-        if trained.prompt_grad_norms is not None:
-            norms = {
-                result.groups[index].prompt_id: norm
-                for index, norm in trained.prompt_grad_norms.mean.items()
-            }
-            self.allocator.report_gradient_norms(norms, step=step)
+        trained = self.learners.train_step(batch)
         return {**trained.metrics, "train/skipped_empty_batch": 0.0}
 
     def sync_weights(self) -> dict[str, float]:

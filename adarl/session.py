@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs
+from adarl.allocator.hint_stage import build_hint_stage
 from adarl.allocator.objective import declare_objective
 from adarl.allocator.variance_filter import build_variance_filter
 from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
@@ -27,6 +28,7 @@ from adarl.cluster import blocking_proxy, cluster_nodes, ensure_ray, plan_resour
 from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
+from adarl.hints import build_hint_generator
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
@@ -160,9 +162,15 @@ class TrainingSession:
         self._closers.append(self.rewards.close)
 
         kwargs = allocator_kwargs(config.allocator)
+        # SAGE: the allocator declares collapse and re-rolls on (x, h); None when hints are off.
+        kwargs["hints"] = build_hint_stage(
+            config.hints, positive_threshold=config.allocator.positive_threshold
+        )
         # DRO's variance filter wraps whichever sampler was built (unchanged when it is off).
         kwargs["sampler"] = build_variance_filter(config.dro.filter, kwargs["sampler"])
-        self.objective = declare_objective(config.allocator)
+        self.objective = declare_objective(
+            config.allocator, hint_schedule=config.hints.schedule, reward=config.dro.reward
+        )
         log.info("%s", self.objective.console())
         if cluster.in_process:
             self.allocator: BudgetAllocator = BudgetAllocator(**kwargs)
@@ -209,6 +217,19 @@ class TrainingSession:
         # A restarted rollout engine gets the learners' current weights before it serves.
         weight_sync, learners = self.weight_sync, self.learners
         self.rollout.set_weight_restorer(lambda endpoint: weight_sync.resync(endpoint, learners))
+        # The hint generator is light (prompts, parsing, leak checks): it runs here, and its
+        # generations run on engine actors (`self`: the policy's rollout engines, so hints come
+        # from the current weights; `model`: the hint model's own engine).
+        self.hint_generator = (
+            None
+            if config.hints.schedule == "off"
+            else build_hint_generator(
+                config.hints,
+                generate=self.rollout.generate,
+                codec=self.codec,
+                rollout=config.rollout,
+            )
+        )
         self.driver = Driver(
             prompts=self.prompts,
             codec=self.codec,
@@ -218,8 +239,8 @@ class TrainingSession:
             learners=self.learners,
             weight_sync=self.weight_sync,
             prompts_per_step=config.allocator.prompts_per_step,
-            positive_threshold=config.allocator.positive_threshold,
             pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
+            hints=self.hint_generator,
             on_step_end=self.on_step_end,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)

@@ -2,6 +2,7 @@
 
     TaskExample ─► PromptRequest ─► GenerationRequest ─► GenerationResult ─► Rollout
         ─► ScoredRollout ─► Group ─► TrainBatch ─► (learner) ─► WeightVersion
+    ScoredRollout ─► StatisticsRequest ─► (learner) ─► StatisticsReply ─► allocator
 
 Records are small frozen dataclasses of plain Python values so that they pickle cheaply through
 Ray's object store. Only `TrainBatch` holds tensors. Token-level conventions used everywhere:
@@ -111,6 +112,30 @@ class ScoredRollout:
     rollout: Rollout
     reward: float  # in [0, 1]
     reward_error: str | None = None  # set when the verifier failed; the reward is then 0
+
+
+@dataclass(frozen=True)
+class StatisticsRequest:
+    """Allocator ─► learners: a statistic of given samples at the current weights.
+
+    kind "gradient_norm": per sample, ‖∇_E Σ_t -log π(y_t | x, y_<t)‖, the norm of the summed
+    response NLL's gradient w.r.t. the input-embedding matrix E (GVM's G; adarl/learner/
+    grad_norms.py). The driver routes the request to the learner group without knowing which
+    sampler asked.
+    """
+
+    step: int
+    kind: str
+    rollouts: tuple[ScoredRollout, ...]
+
+
+@dataclass(frozen=True)
+class StatisticsReply:
+    """Learners ─► allocator: one value per rollout of the request, in order."""
+
+    kind: str
+    values: tuple[float, ...]
+    weight_version: int  # the weights the statistic was computed with
 
 
 @dataclass(frozen=True)

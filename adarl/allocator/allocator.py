@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adarl.allocator.group_builder import GroupBuilder
+from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import step_metrics
 from adarl.allocator.pool_reward import FinishedPool, PoolStatisticsObserver, RescoredPool
 from adarl.allocator.samplers.base import (
@@ -43,7 +44,15 @@ from adarl.allocator.samplers.base import (
     is_positive,
 )
 from adarl.allocator.stats import PromptStats, PromptStatsStore
-from adarl.types import Group, PromptRequest, ScoredRollout, TaskExample
+from adarl.hints.types import Hint, HintRequest
+from adarl.types import (
+    Group,
+    PromptRequest,
+    ScoredRollout,
+    StatisticsReply,
+    StatisticsRequest,
+    TaskExample,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +92,12 @@ class StreamUpdate:
     requests: tuple[PromptRequest, ...]  # to dispatch now
     prompts_wanted: int  # `needs_prompts()` after this update
     complete: bool  # `step_complete()` after this update
+    # A statistic the sampler needs before it can draw more (GVM's gradient norms of its
+    # pilot): the driver computes it with the learners and passes the reply to `update`.
+    statistics: StatisticsRequest | None = None
+    # Hints the hint stage asks for (collapsed prompts): the driver passes them to the hint
+    # generator and its `Hint`s to `update` (adarl/allocator/hint_stage.py).
+    hints: tuple[HintRequest, ...] = ()
 
 
 @dataclass
@@ -101,6 +116,7 @@ class BudgetAllocator:
         seed: int = 0,
         max_carry_age_steps: int = 1,
         positive_threshold: float = 0.5,
+        hints: HintStage | None = None,
     ) -> None:
         if max_carry_age_steps < 0:
             raise ValueError(f"max_carry_age_steps must be >= 0, got {max_carry_age_steps}")
@@ -110,6 +126,7 @@ class BudgetAllocator:
         self.seed = seed
         self.max_carry_age_steps = max_carry_age_steps
         self.positive_threshold = positive_threshold
+        self.hints = hints
         self._carry: list[CarriedGroup] = []
         self._last_metrics: dict[str, float] = {}
         self._reset_step()
@@ -124,6 +141,11 @@ class BudgetAllocator:
         self._carried_expired = 0
         self._requests = 0
         self._duplicates_skipped = 0
+        # The open statistics request, the prompts it asks about, and the prompt id of each of
+        # its rollouts in order (None / empty: none open).
+        self._statistics_request: StatisticsRequest | None = None
+        self._statistics_asked: list[str] = []
+        self._statistics_prompts: list[str] | None = None
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -138,6 +160,8 @@ class BudgetAllocator:
         self._step = step
         self._take_carried(step)
         self._enter(examples)
+        if self.hints is not None:
+            self.hints.start_step(step, [e.prompt_id for e in examples])
         self.sampler.start_step(
             step,
             [e.prompt_id for e in examples],
@@ -158,6 +182,8 @@ class BudgetAllocator:
         fresh = list({e.prompt_id: e for e in fresh}.values())
         self._duplicates_skipped += len(examples) - len(fresh)
         self._enter(fresh)
+        if self.hints is not None:
+            self.hints.add_prompts([e.prompt_id for e in fresh])
         self.sampler.add_prompts(
             [e.prompt_id for e in fresh], self.stats.history(e.prompt_id for e in fresh)
         )
@@ -180,7 +206,7 @@ class BudgetAllocator:
                 f"{request.num_samples}; pass all of a request's rollouts together"
             )
         for item in scored:
-            if item.rollout.prompt_id != request.prompt_id:
+            if item.rollout.prompt_id != self._task_prompt_id(request.prompt_id):
                 self._open[request_id] = request
                 raise ValueError(
                     f"observe({request_id!r}): rollout of prompt {item.rollout.prompt_id!r} in "
@@ -188,6 +214,13 @@ class BudgetAllocator:
                 )
         self._pools[request.prompt_id].extend(scored)
         self.sampler.observe(request.prompt_id, [s.reward for s in scored])
+        if self.hints is not None and self.hints.after_observe(
+            request.prompt_id,
+            self._pools[request.prompt_id],
+            self._examples[request.prompt_id],
+            sampling_ended=self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING,
+        ):
+            self.sampler.abandon(request.prompt_id)  # collapsed: re-rolled with a hint
         if self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING:
             self._finish_order.append(request.prompt_id)
         return self._dispatch()
@@ -197,24 +230,109 @@ class BudgetAllocator:
         *,
         results: Sequence[tuple[str, Sequence[ScoredRollout]]] = (),
         new_examples: Sequence[TaskExample] | None = None,
+        statistics: StatisticsReply | None = None,
+        hints: Sequence[Hint] = (),
     ) -> StreamUpdate:
-        """Observe every `(request_id, scored rollouts)` of `results` in order, then, if
+        """Observe every `(request_id, scored rollouts)` of `results` in order; if
         `new_examples` is given, add them as the answer to `needs_prompts()` (an empty list: the
-        source has none left); returns the requests all of it unlocked and the step's state."""
+        source has none left); if `statistics` is given, it answers the open statistics request.
+        Returns the requests all of it unlocked, any statistics request, and the step's state."""
         requests: list[PromptRequest] = []
         for request_id, scored in results:
             requests += self.observe(request_id, scored)
         if new_examples is not None:
             requests += self.add_prompts(new_examples)
+        if statistics is not None:
+            requests += self._observe_statistics(statistics)
+        for hint in hints:
+            requests += self._observe_hint(hint)
+        request, unlocked = self._poll_statistics()
+        requests += unlocked
         return StreamUpdate(
             requests=tuple(requests),
             prompts_wanted=self.needs_prompts(),
             complete=self.step_complete(),
+            statistics=request,
+            hints=tuple(self.hints.take_requests()) if self.hints is not None else (),
         )
+
+    def _observe_hint(self, hint: Hint) -> list[PromptRequest]:
+        """A hint for a collapsed prompt: its new condition (x, h) joins the step as a fresh
+        prompt of the sampler (no history: the hinted condition has none)."""
+        if self.hints is None:
+            raise RuntimeError("update(hints=...): this allocator has no hint stage")
+        sampler_id = self.hints.on_hint(hint)
+        if sampler_id is None:
+            return []
+        self._examples[sampler_id] = self._examples[hint.prompt_id]
+        self._pools[sampler_id] = []
+        self.sampler.add_prompts([sampler_id], self.stats.history([sampler_id]))
+        return self._dispatch()
+
+    def _task_prompt_id(self, sampler_id: str) -> str:
+        """The task prompt a sampler-side id stands for (itself, or x for a hinted x@hℓ)."""
+        if self.hints is None:
+            return sampler_id
+        return self.hints.condition(sampler_id).prompt_id
 
     def step_complete(self) -> bool:
         """True once nothing is in flight and the sampler wants no more draws or prompts."""
-        return self._step is not None and not self._open and self.sampler.done()
+        return (
+            self._step is not None
+            and not self._open
+            and self._statistics_prompts is None
+            and not (self.hints is not None and self.hints.busy())
+            and self.sampler.done()
+        )
+
+    def _poll_statistics(self) -> tuple[StatisticsRequest | None, list[PromptRequest]]:
+        """The statistics request open now, made when the sampler first asks (then kept until
+        answered), and the requests unlocked when it needs no learner call.
+
+        A sampler asks for prompts (it never sees rollouts); the request holds their accepted
+        samples (reward > positive_threshold). With none accepted at all, every asked prompt
+        gets 0 at once.
+        """
+        if self._statistics_request is not None or self._step is None or self._open:
+            return self._statistics_request, []
+        wanted = self.sampler.statistics_wanted()
+        if not wanted:
+            return None, []
+        accepted = [
+            (pid, s)
+            for pid in wanted
+            for s in self._pools[pid]
+            if is_positive(s.reward, self.positive_threshold)
+        ]
+        self._statistics_asked = list(wanted)
+        self._statistics_prompts = [pid for pid, _ in accepted]
+        self._statistics_request = StatisticsRequest(
+            step=self._step, kind="gradient_norm", rollouts=tuple(s for _, s in accepted)
+        )
+        if accepted:
+            return self._statistics_request, []
+        empty = StatisticsReply(kind="gradient_norm", values=(), weight_version=-1)
+        return None, self._observe_statistics(empty)
+
+    def _observe_statistics(self, reply: StatisticsReply) -> list[PromptRequest]:
+        if self._statistics_prompts is None or self._statistics_request is None:
+            raise RuntimeError("update(statistics=...): no statistics request is open")
+        if len(reply.values) != len(self._statistics_prompts):
+            raise ValueError(
+                f"statistics reply has {len(reply.values)} values for a request of "
+                f"{len(self._statistics_prompts)} rollouts; answer every rollout, in order"
+            )
+        sums: dict[str, float] = {pid: 0.0 for pid in self._statistics_asked}
+        counts: dict[str, int] = {pid: 0 for pid in self._statistics_asked}
+        for pid, value in zip(self._statistics_prompts, reply.values, strict=True):
+            sums[pid] += float(value)
+            counts[pid] += 1
+        means = {pid: sums[pid] / counts[pid] if counts[pid] else 0.0 for pid in sums}
+        self._statistics_prompts = None
+        self._statistics_request = None
+        self.stats.report_gradient_norms(means, step=self._step if self._step is not None else -1)
+        self.sampler.observe_statistics(means)
+        return self._dispatch()
 
     def in_flight(self) -> int:
         """Requests dispatched and not yet observed."""
@@ -285,16 +403,21 @@ class BudgetAllocator:
             if verdict not in (PromptStatus.RESOLVED, PromptStatus.UNRESOLVED):
                 continue
             group = self.group_builder.build(
-                prompt_id=pid,
-                pool=self._pools[pid],
+                prompt_id=self._task_prompt_id(pid),
+                # A pilot only estimated (its draw count depended on nothing, but the trained
+                # draw's count depended on its labels): it stays out of the group.
+                pool=self._pools[pid][self.sampler.pilot_samples(pid) :],
                 resolved=verdict is PromptStatus.RESOLVED,
                 step=step,
                 prior_pass_rate=self.stats.pass_rate(pid),
                 law=self.sampler.sequential_law(),
+                estimate=self.sampler.pass_rate_estimate(pid),
             )
             if group is not None:
                 new_groups.append(group)
         for pid, pool in self._pools.items():
+            if self._task_prompt_id(pid) != pid:
+                continue  # a hinted condition: the statistics estimate the unhinted prompt
             positives = sum(is_positive(s.reward, self.positive_threshold) for s in pool)
             self.stats.record_step(pid, step=step, samples=len(pool), positives=positives)
 
@@ -316,9 +439,19 @@ class BudgetAllocator:
             carried_out = 0
 
         sampler_metrics = self.sampler.metrics()
+        # Per task prompt: a hinted prompt's conditions (x, x@h1, ...) are one prompt whose
+        # rollouts are all its pools and whose verdict is its last condition's.
+        task_pools: dict[str, list[ScoredRollout]] = {}
+        for pid, pool in self._pools.items():
+            task_pools.setdefault(self._task_prompt_id(pid), []).extend(pool)
+        task_verdicts = (
+            verdicts
+            if self.hints is None
+            else {x: verdicts[sid] for x, sid in self.hints.current.items() if sid in verdicts}
+        )
         metrics = step_metrics(
-            pools=self._pools,
-            verdicts=verdicts,
+            pools=task_pools,
+            verdicts=task_verdicts,
             trained=trained,
             kept=new_groups,
             carried_in=len(self._carried_in),
@@ -330,16 +463,18 @@ class BudgetAllocator:
             positive_threshold=self.positive_threshold,
         )
         metrics.update(sampler_metrics)
+        if self.hints is not None:
+            metrics.update(self.hints.finish(self._pools))
         metrics["sampling/duplicate_prompts_skipped"] = float(self._duplicates_skipped)
         if engine_utilisation is not None:
             metrics["sampling/engine_utilisation"] = float(engine_utilisation)
         budget_exhausted = bool(sampler_metrics.get("sampling/budget_exhausted", 0.0))
-        dropped = len(verdicts) - len({g.prompt_id for g in new_groups})
+        dropped = len(task_verdicts) - len({g.prompt_id for g in new_groups})
         result = StepResult(
             step=step,
             groups=tuple(trained),
-            resolved_prompts=sum(v is PromptStatus.RESOLVED for v in verdicts.values()),
-            unresolved_prompts=sum(v is PromptStatus.UNRESOLVED for v in verdicts.values()),
+            resolved_prompts=sum(v is PromptStatus.RESOLVED for v in task_verdicts.values()),
+            unresolved_prompts=sum(v is PromptStatus.UNRESOLVED for v in task_verdicts.values()),
             dropped_prompts=dropped,
             carried_in=len(self._carried_in),
             carried_out=carried_out,
@@ -352,14 +487,6 @@ class BudgetAllocator:
         return result
 
     # -- statistics --------------------------------------------------------------------------
-
-    def wants_gradient_norms(self) -> bool:
-        """Whether the sampler uses per-prompt gradient norms (GVM); see report_gradient_norms."""
-        return self.sampler.uses_gradient_norms
-
-    def report_gradient_norms(self, norms: Mapping[str, float], *, step: int) -> None:
-        """Per-prompt gradient norms from the learner (used by the GVM sampler)."""
-        self.stats.report_gradient_norms(norms, step=step)
 
     def prompt_stats(self, prompt_id: str) -> PromptStats | None:
         return self.stats.get(prompt_id)
@@ -387,7 +514,13 @@ class BudgetAllocator:
                 "carried_expired": self._carried_expired,
                 "requests": self._requests,
                 "duplicates_skipped": self._duplicates_skipped,
+                "statistics": (
+                    self._statistics_request,
+                    list(self._statistics_asked),
+                    self._statistics_prompts,
+                ),
             },
+            "hints": self.hints.state_dict() if self.hints is not None else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -405,6 +538,17 @@ class BudgetAllocator:
         self._carried_expired = int(s["carried_expired"])
         self._requests = int(s["requests"])
         self._duplicates_skipped = int(s["duplicates_skipped"])
+        request, asked, prompts = s["statistics"]
+        self._statistics_request = request
+        self._statistics_asked = list(asked)
+        self._statistics_prompts = None if prompts is None else list(prompts)
+        if (state.get("hints") is None) != (self.hints is None):
+            raise ValueError(
+                "allocator state and this allocator disagree on hints (one has a hint stage, "
+                "the other not): resume with the run's own hints settings"
+            )
+        if self.hints is not None:
+            self.hints.load_state_dict(state["hints"])
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -439,6 +583,11 @@ class BudgetAllocator:
         for draw in self.sampler.next():
             request_id = f"{self._step}:{draw.prompt_id}:{draw.index}"
             self._open[request_id] = _OpenRequest(draw.prompt_id, draw.num_samples)
+            hint, hint_level = None, 0
+            if self.hints is not None:
+                condition = self.hints.condition(draw.prompt_id)
+                hint, hint_level = condition.text, condition.level
+                self.hints.record_dispatch(draw.prompt_id, draw.num_samples)
             requests.append(
                 PromptRequest(
                     request_id=request_id,
@@ -446,6 +595,8 @@ class BudgetAllocator:
                     num_samples=draw.num_samples,
                     step=self._step,
                     seed=derive_seed(self.seed, self._step, draw.prompt_id, draw.index),
+                    hint=hint,
+                    hint_level=hint_level,
                 )
             )
         self._requests += len(requests)

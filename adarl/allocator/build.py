@@ -66,6 +66,13 @@ def build_sampler(config: AllocatorConfig) -> Sampler:
             min_samples_per_prompt=est.min_samples_per_prompt,
             max_samples_per_prompt=config.max_samples_per_prompt,
             epsilon=est.epsilon,
+            rule=est.ada_est_rule,
+            objective=config.group.objective,
+            objective_alpha=config.group.objective_alpha,
+            pilot_samples=est.pilot_samples,
+            max_age_steps=est.max_age_steps,
+            prior_alpha=est.prior_alpha,
+            prior_beta=est.prior_beta,
             max_samples_per_step=config.max_samples_per_step,
             positive_threshold=config.positive_threshold,
         )

@@ -99,9 +99,10 @@ class GroupBuilder:
         self.alpha = alpha
         self.unresolved_policy = UnresolvedPolicy(unresolved_policy)
         self.downsample_order = DownsampleOrder(downsample_order)
-        if raft_normalization not in ("group", "positives"):
+        if raft_normalization not in ("group", "positives", "estimate"):
             raise ValueError(
-                f"raft_normalization must be 'group' or 'positives', got {raft_normalization!r}"
+                "raft_normalization must be 'group', 'positives' or 'estimate', got "
+                f"{raft_normalization!r}"
             )
         self.raft_normalization = raft_normalization
         self.positive_threshold = positive_threshold
@@ -126,12 +127,15 @@ class GroupBuilder:
         step: int,
         prior_pass_rate: float,
         law: SequentialLaw | None = None,
+        estimate: float | None = None,
     ) -> Group | None:
         """The kept group of `pool` (in sampling order), or None when nothing is kept.
 
         `prior_pass_rate` is the prompt's estimate from earlier steps (the allocator's EMA), used
         only by `reinforce_baseline`. `law`: how the sampler drew the pool (None: a size fixed
         before its labels were seen), which the unbiased pass-rate estimate conditions on.
+        `estimate`: the pass rate the sampler allocated the pool by (GVM's pilot p_i), used by
+        `raft` with `raft_normalization="estimate"`.
         """
         if not pool:
             return None
@@ -167,7 +171,7 @@ class GroupBuilder:
             if not resolved and self.unresolved_policy is UnresolvedPolicy.ZERO_ADVANTAGE:
                 advantages = np.zeros(kept.size)
             else:
-                advantages = self._uniform_advantages(rewards[kept], prior_pass_rate)
+                advantages = self._uniform_advantages(rewards[kept], prior_pass_rate, estimate)
         if kept.size == 0:
             return None
         weight = 1.0
@@ -200,8 +204,21 @@ class GroupBuilder:
         labels = positive_mask(rewards, positive_threshold=self.positive_threshold)
         return unbiased_pass_rate(list(labels), law.rule, round_size=law.round_size)
 
-    def _uniform_advantages(self, rewards: np.ndarray, prior_pass_rate: float) -> np.ndarray:
+    def _uniform_advantages(
+        self, rewards: np.ndarray, prior_pass_rate: float, estimate: float | None
+    ) -> np.ndarray:
         mode = self.advantage
+        if mode is AdvantageMode.RAFT and self.raft_normalization == "estimate":
+            # GVM-RAFT: Σ_i (1/(n_i p_i)) Σ_accepted ∇log π, p_i the sampler's estimate; the
+            # factor n̄ = pool_sequences keeps the scale of a group of n̄ (the loss averages
+            # over every sequence of the batch).
+            if estimate is None or estimate <= 0:
+                raise ValueError(
+                    "raft_normalization='estimate' needs the sampler's pass-rate estimate (the "
+                    "gvm sampler gives its pilot's p_i); use it with allocator.sampler=gvm"
+                )
+            accepted = positive_mask(rewards, positive_threshold=self.positive_threshold)
+            return accepted * self.pool_sequences / (rewards.size * estimate)
         if mode is AdvantageMode.GRPO:
             return grpo_advantages(rewards)
         if mode is AdvantageMode.DR_GRPO:

@@ -10,6 +10,8 @@ e.g. "this run optimises log p (weight 1/p), gated by 1 - (1 - p)^15 at cap 16".
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +55,11 @@ class ObjectiveDeclaration:
     def console(self) -> str:
         gates = ", ".join(f"{p}: {g:.3f}" for p, g in self.gate.items())
         weights = ", ".join(f"{p}: {w:.3g}" for p, w in self.implied_weight.items())
-        detail = f"gate w/f' by p: {gates}" if gates else f"implied weight w by p: {weights}"
-        return f"this run optimises {self.statement} [{detail}]"
+        if gates:
+            return f"this run optimises {self.statement} [gate w/f' by p: {gates}]"
+        if weights:
+            return f"this run optimises {self.statement} [implied weight w by p: {weights}]"
+        return f"this run optimises {self.statement}"
 
 
 def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
@@ -87,8 +92,30 @@ def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
     )
 
 
-def declare_objective(config: AllocatorConfig) -> ObjectiveDeclaration:
-    """The objective `config` optimises (see the module docstring)."""
+def declare_objective(
+    config: AllocatorConfig, *, hint_schedule: str = "off", reward: str = "verifier"
+) -> ObjectiveDeclaration:
+    """The objective `config` optimises (see the module docstring).
+
+    With hints on (`hint_schedule`), a prompt that collapses is trained on its hinted condition
+    (x, h) instead: the same f, of the pass rate p(x, h) of the condition trained, through
+    π(· | x, h) (adarl/allocator/hint_stage.py). With DRO's R3 (`reward="r3"`) the groups'
+    rewards are R3's real-valued ones, so p stands for the prompt's mean R3 reward, not its
+    verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact."""
+    declaration = _declare(config)
+    statement, exact = declaration.statement, declaration.exact
+    if reward == "r3":
+        statement = f"{statement}, with p the mean R3 reward (DRO) instead of the pass rate"
+        exact = False
+    if hint_schedule != "off":
+        statement = (
+            f"{statement}; per prompt at the condition trained: p(x) unhinted, p(x, h) after a "
+            f"collapse ({hint_schedule} hints)"
+        )
+    return dataclasses.replace(declaration, statement=statement, exact=exact)
+
+
+def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
     p = np.array(PASS_RATES)
     labels = [f"{x:g}" for x in PASS_RATES]
     group = config.group
@@ -133,6 +160,10 @@ def declare_objective(config: AllocatorConfig) -> ObjectiveDeclaration:
             exact=False,
             implied_weight=dict(zip(labels, map(float, weights), strict=True)),
         )
+    if config.sampler == "ada_est":
+        return _ada_est_declaration(config, p, labels)
+    if config.sampler == "gvm":
+        return _gvm_declaration(config, p, labels)
     if group.advantage in ("grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline"):
         n = config.samples_per_prompt if group.group_size is None else group.group_size
         weights = implied_weight(
@@ -161,5 +192,72 @@ def declare_objective(config: AllocatorConfig) -> ObjectiveDeclaration:
     return ObjectiveDeclaration(
         statement=_UNIFORM_TEXT.get(group.advantage, group.advantage)
         + f" (sampler {config.sampler!r})",
+        exact=False,
+    )
+
+
+def _ada_est_declaration(
+    config: AllocatorConfig, p: np.ndarray, labels: list[str]
+) -> ObjectiveDeclaration:
+    """Ada-Est: per-prompt weight (n_i/n̄)·w_ada_est(p; n_i), n_i from the rule at p̂ = p, over
+    this grid of pass rates standing in for a batch (the sample-mean loss weighs a prompt by its
+    sample count)."""
+    est = config.estimation
+    eps = est.epsilon
+    if est.ada_est_rule == "inverse_sqrt":
+        raw = 1.0 / np.sqrt(p + eps)
+    elif est.ada_est_rule == "sqrt_odds":
+        raw = np.sqrt((1.0 - p) / p)
+    else:
+        objective = get_objective(config.group.objective, alpha=config.group.objective_alpha)
+        raw = np.asarray(objective.w(p)) * np.sqrt(p * (1.0 - p))
+    sizes = config.samples_per_prompt * raw / raw.mean()
+    weights = np.array(
+        [
+            (n / config.samples_per_prompt)
+            * float(
+                implied_weight(x, estimator="ada_est", group_size=max(2, round(n)), ada_est_eps=eps)
+            )
+            for x, n in zip(p, sizes, strict=True)
+        ]
+    )
+    return ObjectiveDeclaration(
+        statement=(
+            f"≈ log p (Reinforce-Ada-Est, rule {est.ada_est_rule!r}: samples n_i from p̂_i and "
+            f"the advantage (r - r̄)/√(r̄ + ε) weigh a prompt ≈ 1/(p + ε), ε = {eps:g}; small "
+            "groups gate it; implied weight by p, relative, for a batch spread over the grid)"
+        ),
+        exact=False,
+        implied_weight=dict(zip(labels, map(float, weights), strict=True)),
+    )
+
+
+def _gvm_declaration(
+    config: AllocatorConfig, p: np.ndarray, labels: list[str]
+) -> ObjectiveDeclaration:
+    """GVM-RAFT: Σ_i (1/(n_i p̂_i)) Σ_accepted ∇log π with p̂_i = k/N' from the pilot: w(p)·p =
+    Σ_{k≥1} Bin(k; N', p)·p/(k/N') (prompts with k = 0 get no samples). GVM-GRPO: GRPO's
+    advantage on n_i ∝ G_i/√(p_i + α/p_i^(β-1)) samples, no closed-form objective."""
+    pilot = config.estimation.gvm_presamples
+    if config.group.advantage == "raft":
+        k = np.arange(1, pilot + 1)
+        binom = np.array([[math.comb(pilot, int(j)) for j in k]])
+        mass = binom * p[:, None] ** k * (1.0 - p[:, None]) ** (pilot - k)
+        weight_p = (mass * p[:, None] / (k / pilot)).sum(axis=1)
+        return ObjectiveDeclaration(
+            statement=(
+                f"log p (weight 1/p) with the pilot's estimate (N' = {pilot}): "
+                "w·p = E[p/p̂; p̂ > 0] (GVM-RAFT)"
+            ),
+            exact=True,
+            implied_weight=dict(zip(labels, map(float, weight_p / p), strict=True)),
+            gate=dict(zip(labels, map(float, weight_p), strict=True)),
+        )
+    return ObjectiveDeclaration(
+        statement=(
+            "GRPO's implicit objective on GVM's allocation n_i ∝ G_i/√(p_i + α/p_i^(β-1)) "
+            f"(pilot N' = {pilot}); GVM chooses n_i to minimise the gradient's variance, the "
+            "weights depend on G_i: no closed form"
+        ),
         exact=False,
     )

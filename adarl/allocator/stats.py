@@ -89,6 +89,7 @@ class PromptStatsStore:
                 grad_norm=stats.grad_norm if stats else None,
                 ema_positives=stats.ema_positives if stats else 0.0,
                 ema_negatives=stats.ema_samples - stats.ema_positives if stats else 0.0,
+                last_step=stats.last_step if stats else -1,
             )
         return out
 

@@ -31,7 +31,7 @@ import torch
 from adarl.algo.drawing import DrawRule, expected_samples_drawn
 from adarl.algo.implied import implied_weight, log_gate
 from adarl.algo.stopping import StoppingRule
-from adarl.allocator import build_allocator
+from adarl.allocator import Sampler, build_allocator
 from adarl.config.allocator import AllocatorConfig
 from adarl.driver import collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
@@ -44,7 +44,10 @@ from adarl.types import (
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    Group,
     SamplingParams,
+    StatisticsReply,
+    StatisticsRequest,
     TaskExample,
 )
 
@@ -209,6 +212,7 @@ def measure(
     config = AllocatorConfig(**{**config.__dict__, "prompts_per_step": per_rate, "seed": seed})
     allocator = build_allocator(config)
     gradients: dict[float, list[np.ndarray]] = {p: [] for p in pass_rates}
+    targets: dict[float, list[float]] = {p: [] for p in pass_rates}
     drawn: dict[float, list[int]] = {p: [] for p in pass_rates}
     with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
         for step in range(steps):
@@ -236,44 +240,79 @@ def measure(
                 rewards=rewards,
                 prompts=NoPrompts(),
                 codec=codec,
+                statistics=bandit_gradient_norms,
                 clock=pool.now,
             )
-            for group in phase.result.groups:
-                p = rate[group.prompt_id]
-                pi = policy(p)
-                g = np.zeros(RESPONSES)
-                for scored, advantage in zip(group.rollouts, group.advantages, strict=True):
-                    g += advantage * (np.eye(RESPONSES)[int(scored.rollout.completion.text)] - pi)
-                gradients[p].append(g / group_size)
-                drawn[p].append(group.pool_size)
-            # Prompts that kept no group (dropped) contribute a zero gradient.
-            kept = {g.prompt_id for g in phase.result.groups}
+            groups = {g.prompt_id: g for g in phase.result.groups}
             for pid, p in rate.items():
-                if pid not in kept:
-                    gradients[p].append(np.zeros(RESPONSES))
+                group = groups.get(pid)
+                g = np.zeros(RESPONSES)  # a prompt that kept no group contributes nothing
+                if group is not None:
+                    pi = policy(p)
+                    for scored, advantage in zip(group.rollouts, group.advantages, strict=True):
+                        action = int(scored.rollout.completion.text)
+                        g += advantage * (np.eye(RESPONSES)[action] - pi)
+                    drawn[p].append(group.pool_size)
+                gradients[p].append(g / group_size)
+                targets[p].append(_trial_weight(config, p, group, allocator.sampler))
     checks = []
     for p in pass_rates:
         g = np.array(gradients[p])  # [T, 4]
         grad_p = p * (np.eye(RESPONSES)[0] - policy(p))
+        w_trial = np.array(targets[p])  # [T] implied weight of each trial
+        residual = g - w_trial[:, None] * grad_p  # E = 0 if the declared weight is right
         weights = g @ grad_p / (grad_p @ grad_p)  # per-trial projection on ∇p
-        w = _implied(config, p)
-        sizes = np.array(drawn[p], dtype=float)
+        w = float(w_trial.mean())
+        sizes = np.array(drawn[p] or [0], dtype=float)
         checks.append(
             WeightCheck(
                 p=p,
                 trials=len(g),
                 mean_gradient=g.mean(axis=0),
-                se_gradient=g.std(axis=0, ddof=1) / math.sqrt(len(g)),
+                se_gradient=residual.std(axis=0, ddof=1) / math.sqrt(len(g)),
                 target_gradient=w * grad_p,
                 implied_weight=w,
                 effective_weight=float(weights.mean()),
-                se_effective_weight=float(weights.std(ddof=1) / math.sqrt(len(g))),
+                se_effective_weight=float((weights - w_trial).std(ddof=1) / math.sqrt(len(g))),
                 samples_drawn=float(sizes.mean()),
-                se_samples_drawn=float(sizes.std(ddof=1) / math.sqrt(len(sizes))),
+                se_samples_drawn=float(sizes.std(ddof=1) / math.sqrt(max(1, len(sizes)))),
                 expected_samples=_expected_samples(config, p),
             )
         )
     return checks
+
+
+def _trial_weight(
+    config: AllocatorConfig, p: float, group: Group | None, sampler: Sampler
+) -> float:
+    """The implied weight of one prompt-step: the configuration's unconditional w(p), or, for the
+    allocation samplers, w conditional on what the sampler decided for this prompt (its trained
+    sample count n_i and estimate p̂_i, both fixed before the trained samples' labels):
+    Ada-Est and GVM-GRPO (n_i/n̄)·w(p; n_i), GVM-RAFT 1/p̂_i; 0 for a prompt given no samples."""
+    if config.sampler not in ("ada_est", "gvm"):
+        return _implied(config, p)
+    if group is None:
+        return 0.0
+    n = len(group.rollouts)
+    mean_n = config.samples_per_prompt
+    advantage = config.group.advantage
+    if advantage == "raft":
+        estimate = sampler.pass_rate_estimate(group.prompt_id)
+        return 1.0 / estimate
+    estimator = "ada_est" if advantage == "ada_est" else "grpo"
+    eps = {"ada_est_eps": config.estimation.epsilon} if estimator == "ada_est" else {}
+    return n / mean_n * float(implied_weight(p, estimator=estimator, group_size=n, **eps))
+
+
+def bandit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
+    """GVM's statistic for the bandit: ‖∇_θ log π_x(a)‖ = ‖e_a - π_x‖ for each sample."""
+    engine = BanditEngine()
+    values = []
+    for scored in request.rollouts:
+        p = engine.pass_rate(scored.rollout.prompt_token_ids)
+        action = int(scored.rollout.completion.text)
+        values.append(float(np.linalg.norm(np.eye(RESPONSES)[action] - policy(p))))
+    return StatisticsReply(kind=request.kind, values=tuple(values), weight_version=0)
 
 
 class NoPrompts:

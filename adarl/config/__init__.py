@@ -120,6 +120,24 @@ class AdarlConfig:
 
 def validate_combinations(config: AdarlConfig) -> None:
     alloc = config.allocator
+    if config.hints.schedule != "off":
+        streaming = alloc.sampler in ("seq_pos", "seq_balance") and (
+            alloc.sequential.mode == "streaming"
+        )
+        if not (alloc.sampler == "uniform" or streaming):
+            raise ValueError(
+                f"hints.schedule={config.hints.schedule} with allocator.sampler={alloc.sampler!r}"
+                + (f" (mode={alloc.sequential.mode})" if alloc.sampler.startswith("seq_") else "")
+                + ": a collapsed prompt is re-rolled on its own, which needs a sampler that "
+                "decides per prompt as its results stream in; use allocator=uniform or a "
+                "streaming seq_pos / seq_balance, or hints=off"
+            )
+        if config.dro.reward == "r3":
+            raise ValueError(
+                f"hints.schedule={config.hints.schedule} with dro.reward=r3: the hint stage "
+                "judges collapse, rescue and sage_light levels by pass/fail rewards, which R3 "
+                "replaces with real-valued ones at the end of the step; use one or the other"
+            )
     config.dro.validate_with(
         sampler=alloc.sampler, advantage=alloc.group.advantage, task_source=config.task.source
     )
@@ -139,6 +157,34 @@ def validate_combinations(config: AdarlConfig) -> None:
                 f"{alloc.sequential.k_pos}, k_neg={alloc.sequential.k_neg}; set "
                 f"allocator.sequential.k_pos and k_neg to at least {group.group_size // 2}"
             )
+    if alloc.sampler == "ada_est" and group.advantage != "ada_est":
+        raise ValueError(
+            f"allocator.sampler=ada_est with allocator.group.advantage={group.advantage!r}: "
+            "Reinforce-Ada-Est pairs its allocation (more samples for low p̂) with its advantage "
+            "(r - r̄)/√(r̄ + ε), which together optimise log p; set allocator.group.advantage="
+            "ada_est (+experiment=ada_est), or use another sampler"
+        )
+    if alloc.sampler == "gvm" and not (
+        group.advantage == "grpo"
+        or (group.advantage == "raft" and group.raft_normalization == "estimate")
+    ):
+        raise ValueError(
+            f"allocator.sampler=gvm with allocator.group.advantage={group.advantage!r}"
+            + (
+                f" (raft_normalization={group.raft_normalization!r})"
+                if group.advantage == "raft"
+                else ""
+            )
+            + ": GVM is defined with GRPO advantages (+experiment=gvm_grpo) or with RAFT "
+            "weighted 1/(n_i p_i) (+experiment=gvm_raft: advantage=raft, "
+            "raft_normalization=estimate)"
+        )
+    if group.raft_normalization == "estimate" and alloc.sampler != "gvm":
+        raise ValueError(
+            "allocator.group.raft_normalization=estimate weights by the gvm sampler's pilot "
+            f"pass rate but allocator.sampler={alloc.sampler!r}; use sampler=gvm or another "
+            "raft_normalization"
+        )
     if group.advantage != "pool" and group.correction != "none":
         raise ValueError(
             f"allocator.group.correction={group.correction!r} applies to pooled advantages "

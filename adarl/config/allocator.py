@@ -56,6 +56,13 @@
     ema_decay: λ of the per-prompt count EMA (N ← λN + n_t).
     prior_alpha, prior_beta: Beta prior of the EMA pass-rate estimate.
     epsilon: ε in Ada-Est's n_i ∝ 1/√(p̂_i + ε).
+    ada_est_rule: Ada-Est's allocation: "inverse_sqrt" (n ∝ 1/√(p̂ + ε), the paper),
+        "sqrt_odds" (n ∝ √((1-p̂)/p̂): variance-optimal for log p with a baseline) or
+        "variance_optimal" (n ∝ w(p̂)√(p̂(1-p̂)) for `group.objective`).
+    pilot_samples: Ada-Est: a prompt never seen, or not seen within `max_age_steps`, first gets
+        this many samples (paid from the step's budget, used only to estimate p̂).
+    max_age_steps: Ada-Est: per-prompt statistics older than this many steps are stale and
+        re-estimated by a pilot instead; null = never stale.
     min_samples_per_prompt: Ada-Est's floor on responses per prompt (>= 1); GVM's floor on
         second-stage responses per prompt (0 = the reference: prompts with p_i = 0 or G_i = 0
         get none).
@@ -76,9 +83,11 @@
         min(n, N) of them, the reference), "zero_advantage", "drop".
     downsample_order: "random" or "earliest" (the reference).
     raft_normalization: advantage "raft" only: "group" (A = 1 on positives, ĝ = (1/n)Σ_pos:
-        unbiased for ∇p, the linear objective p) or "positives" (A = n/K on the K positives:
+        unbiased for ∇p, the linear objective p), "positives" (A = n/K on the K positives:
         the SFT loss averaged over accepted samples, RAFT as usually run: log p gated by
-        1 - (1-p)^n). `adarl.algo.advantages.raft_advantages`.
+        1 - (1-p)^n; `adarl.algo.advantages.raft_advantages`), or "estimate" (GVM-RAFT:
+        A = n̄/(n_i p_i) on accepted samples, p_i the gvm sampler's pilot pass rate, n̄ =
+        samples_per_prompt: log p when p_i = p).
     clip_delta: pass rates in weights are clipped to [δ, 1-δ].
     pass_rate_estimate: the pool pass rate p̂ that "pool" advantages use: "unbiased" (exactly
         unbiased under the sampler's real draws, chunks and futility stop included:
@@ -97,7 +106,8 @@ CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
 UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
 DOWNSAMPLE_ORDERS = ("random", "earliest")
 OBJECTIVES = ("linear", "log", "arcsin", "power")
-RAFT_NORMALIZATIONS = ("group", "positives")
+RAFT_NORMALIZATIONS = ("group", "positives", "estimate")
+ADA_EST_RULES = ("inverse_sqrt", "sqrt_odds", "variance_optimal")
 PASS_RATE_ESTIMATES = ("unbiased", "pool")
 
 
@@ -179,6 +189,9 @@ class EstimationConfig:
     prior_alpha: float = 1.0
     prior_beta: float = 1.0
     epsilon: float = 0.05
+    ada_est_rule: str = "inverse_sqrt"
+    pilot_samples: int = 2
+    max_age_steps: int | None = 100
     min_samples_per_prompt: int = 2
     gvm_presamples: int = 8
     gvm_alpha: float = 1e-3
@@ -194,6 +207,19 @@ class EstimationConfig:
             )
         if self.epsilon < 0:
             raise ValueError(f"allocator.estimation.epsilon={self.epsilon} must be >= 0")
+        if self.ada_est_rule not in ADA_EST_RULES:
+            raise ValueError(
+                f"allocator.estimation.ada_est_rule={self.ada_est_rule!r} is not one of "
+                f"{ADA_EST_RULES}"
+            )
+        if self.pilot_samples < 1:
+            raise ValueError(
+                f"allocator.estimation.pilot_samples={self.pilot_samples} must be >= 1"
+            )
+        if self.max_age_steps is not None and self.max_age_steps < 0:
+            raise ValueError(
+                f"allocator.estimation.max_age_steps={self.max_age_steps} must be >= 0 or null"
+            )
         if self.min_samples_per_prompt < 0:
             raise ValueError(
                 f"allocator.estimation.min_samples_per_prompt={self.min_samples_per_prompt} "

@@ -43,7 +43,7 @@ from adarl.learner.batching import (
     validate_train_batch,
 )
 from adarl.learner.learner import Learner, RankStepResult, WeightInfo
-from adarl.types import TrainBatch, WeightVersion
+from adarl.types import StatisticsReply, StatisticsRequest, TrainBatch, WeightVersion
 
 T = TypeVar("T")
 
@@ -409,6 +409,32 @@ class LearnerGroup:
             mean[int(prompt)] = float(values.mean())
             count[int(prompt)] = len(values)
         return PromptGradNorms(sample_norms=norms, mean=mean, count=count)
+
+    def sample_statistics(
+        self, request: StatisticsRequest, *, pad_token_id: int
+    ) -> StatisticsReply:
+        """A sampler's statistics request (adarl.types.StatisticsRequest), at the current
+        weights: for "gradient_norm", each rollout's ‖∇_E NLL‖ (`prompt_gradient_norms`)."""
+        if request.kind != "gradient_norm":
+            raise ValueError(
+                f"unknown statistics kind {request.kind!r}; the learners compute 'gradient_norm'"
+            )
+        if not request.rollouts:
+            return StatisticsReply(kind=request.kind, values=(), weight_version=self._version)
+        batch = TrainBatch.from_rollouts(
+            request.rollouts,
+            advantages=[0.0] * len(request.rollouts),
+            prompt_index=list(range(len(request.rollouts))),
+            pad_token_id=pad_token_id,
+        )
+        norms = self.prompt_gradient_norms(
+            batch, sample_mask=torch.ones(batch.num_sequences, dtype=torch.bool)
+        )
+        return StatisticsReply(
+            kind=request.kind,
+            values=tuple(float(v) for v in norms.sample_norms),
+            weight_version=self._version,
+        )
 
     def score(self, batch: TrainBatch) -> torch.Tensor:
         """The learners' log π_θ at every position of `batch` ([B, T]; rank 0's copy)."""

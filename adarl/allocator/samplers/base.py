@@ -34,6 +34,7 @@ class PromptStatus(str, Enum):
     RESOLVED = "resolved"  # the exit condition was met: its pool is trained on
     UNRESOLVED = "unresolved"  # stopped at its cap or by the step budget without meeting it
     FILTERED = "filtered"  # dynamic filter: the finished pool failed the keep rule
+    ABANDONED = "abandoned"  # the allocator gave up on it (collapsed, re-rolled with a hint)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class PromptHistory:
     # The EMA's discounted counts (λ per visit): pseudo-counts a sampler may add to its posterior.
     ema_positives: float = 0.0
     ema_negatives: float = 0.0
+    last_step: int = -1  # the step that last updated these statistics (-1: never)
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,6 @@ class Sampler(Protocol):
     """The small protocol every sampler implements (see the module docstring)."""
 
     name: str
-    # True if the sampler reads per-prompt gradient norms (the driver then asks the learners
-    # for them, at the cost of one extra backward pass over the correct samples).
-    uses_gradient_norms: bool
 
     def start_step(
         self,
@@ -116,6 +115,33 @@ class Sampler(Protocol):
     def sequential_law(self) -> SequentialLaw | None:
         """The stopping law of this sampler's pools, or None when a pool's size was fixed before
         its labels were seen (its mean is then already unbiased)."""
+        ...
+
+    def statistics_wanted(self) -> list[str]:
+        """Prompts whose accepted samples' gradient norms the sampler needs before it can draw
+        more (GVM, after its pilot); [] otherwise. The allocator turns this into a
+        `StatisticsRequest` the driver routes to the learners."""
+        ...
+
+    def observe_statistics(self, grad_norms: Mapping[str, float]) -> None:
+        """The answer to `statistics_wanted`: each prompt's mean gradient norm over its accepted
+        samples (0 when it has none)."""
+        ...
+
+    def pilot_samples(self, prompt_id: str) -> int:
+        """Samples at the start of the prompt's pool drawn only to estimate (not trained on:
+        the trained samples' count was then fixed before their labels were seen)."""
+        ...
+
+    def pass_rate_estimate(self, prompt_id: str) -> float | None:
+        """The pass-rate estimate the sampler allocated this prompt's samples by (None: none),
+        for advantages that weight by it and for the estimate-error metric."""
+        ...
+
+    def abandon(self, prompt_id: str) -> None:
+        """Stop a prompt whose last draw returned (the allocator declared it collapsed): draws
+        queued for it are cancelled and refunded to the step budget, and it ends ABANDONED
+        (no group). Samplers that allocate over the whole batch may refuse (ValueError)."""
         ...
 
     def metrics(self) -> dict[str, float]: ...

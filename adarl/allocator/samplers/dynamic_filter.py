@@ -24,16 +24,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adarl.allocator.samplers.base import (
-    Draw,
     PromptHistory,
     PromptStatus,
     check_new_prompt_ids,
 )
-from adarl.allocator.samplers.ledger import StepLedger
+from adarl.allocator.samplers.ledger import LedgerSampler, StepLedger
 
 
-class DynamicFilterSampler:
-    uses_gradient_norms = False
+class DynamicFilterSampler(LedgerSampler):
     name = "dynamic_filter"
 
     def __init__(
@@ -132,9 +130,6 @@ class DynamicFilterSampler:
         want = math.ceil((missing - rate * in_flight) / rate - 1e-9)
         return int(max(0, min(want, affordable)))
 
-    def next(self) -> list[Draw]:
-        return self._ledger.take_pending()
-
     def _keep(self, rewards: Sequence[float], positives: int) -> bool:
         varied = len({float(r) for r in rewards}) > 1  # DAPO: std(rewards) > 0
         pass_rate = positives / len(rewards)
@@ -155,17 +150,14 @@ class DynamicFilterSampler:
             and self.needs_prompts() == 0
         )
 
-    def verdict(self, prompt_id: str) -> PromptStatus:
-        return self._ledger.tally(prompt_id).status
-
-    def prompt_ids(self) -> list[str]:
-        return list(self._ledger.order)
-
     def target_groups(self) -> int | None:
         return self._target
 
-    def sequential_law(self) -> None:
-        return None  # pool sizes are fixed before their labels are seen
+    def abandon(self, prompt_id: str) -> None:
+        raise ValueError(
+            "dynamic_filter refills prompts to a target of kept groups; it cannot abandon one "
+            "for a hint (use hints with the uniform or streaming sequential samplers)"
+        )
 
     def metrics(self) -> dict[str, float]:
         statuses = [t.status for t in self._ledger.tallies.values()]

@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from adarl.allocator.samplers.base import Draw, PromptStatus, StepBudget, is_positive
+from adarl.allocator.samplers.base import (
+    Draw,
+    PromptStatus,
+    SequentialLaw,
+    StepBudget,
+    is_positive,
+)
 
 
 @dataclass
@@ -93,6 +99,26 @@ class StepLedger:
         draws, self._pending = self._pending, []
         return draws
 
+    def abandon(self, prompt_id: str) -> None:
+        """End a prompt as ABANDONED: its queued (not yet handed out) draws are cancelled and
+        refunded to the budget. Its last draw must have returned."""
+        tally = self.tally(prompt_id)
+        cancelled = [d for d in self._pending if d.prompt_id == prompt_id]
+        if tally.in_flight and not cancelled:
+            raise AssertionError(f"prompt {prompt_id!r} has a draw in flight: cannot abandon it")
+        self._pending = [d for d in self._pending if d.prompt_id != prompt_id]
+        for draw in cancelled:
+            self.budget.used -= draw.num_samples
+            tally.drawn -= draw.num_samples
+            tally.draws -= 1
+            self.in_flight -= draw.num_samples
+            self.in_flight_prompts -= 1
+        tally.in_flight = 0
+        if tally.status is PromptStatus.SAMPLING:
+            self.settle(prompt_id, PromptStatus.ABANDONED)
+        else:
+            tally.status = PromptStatus.ABANDONED
+
     def record(
         self,
         prompt_id: str,
@@ -160,3 +186,49 @@ class StepLedger:
         self.in_flight = sum(t.in_flight for t in self.tallies.values())
         self.in_flight_prompts = sum(1 for t in self.tallies.values() if t.in_flight)
         self.open_count = sum(1 for t in self.tallies.values() if t.status is PromptStatus.SAMPLING)
+
+
+class LedgerSampler:
+    """The `Sampler` protocol's common answers for a sampler that keeps its step in a
+    `StepLedger` (`self._ledger`): no refills, no target, one stage (no pilot, no statistics, no
+    estimate), pool sizes fixed before their labels are seen, and abandoning a prompt through
+    the ledger. Samplers override what they do differently."""
+
+    name: str
+    _ledger: StepLedger
+
+    def needs_prompts(self) -> int:
+        return 0
+
+    def next(self) -> list[Draw]:
+        return self._ledger.take_pending()
+
+    def done(self) -> bool:
+        return self._ledger.in_flight == 0 and self._ledger.open_count == 0
+
+    def verdict(self, prompt_id: str) -> PromptStatus:
+        return self._ledger.tally(prompt_id).status
+
+    def prompt_ids(self) -> list[str]:
+        return list(self._ledger.order)
+
+    def target_groups(self) -> int | None:
+        return None
+
+    def sequential_law(self) -> SequentialLaw | None:
+        return None
+
+    def statistics_wanted(self) -> list[str]:
+        return []
+
+    def observe_statistics(self, grad_norms: Mapping[str, float]) -> None:
+        raise AssertionError(f"{self.name} never asks for statistics")
+
+    def pilot_samples(self, prompt_id: str) -> int:
+        return 0
+
+    def pass_rate_estimate(self, prompt_id: str) -> float | None:
+        return None
+
+    def abandon(self, prompt_id: str) -> None:
+        self._ledger.abandon(prompt_id)

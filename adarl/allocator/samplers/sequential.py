@@ -42,7 +42,7 @@ from adarl.allocator.samplers.base import (
     SequentialLaw,
     check_new_prompt_ids,
 )
-from adarl.allocator.samplers.ledger import PromptTally, StepLedger
+from adarl.allocator.samplers.ledger import LedgerSampler, PromptTally, StepLedger
 
 
 class DispatchMode(str, Enum):
@@ -50,14 +50,12 @@ class DispatchMode(str, Enum):
     ROUNDS = "rounds"
 
 
-class SequentialSampler:
+class SequentialSampler(LedgerSampler):
     """Seq-Balance(k_pos, k_neg); Seq-Pos(k) is the special case k_neg = 0.
 
     Seq-Pos(k) and Seq-Balance(k, 0) are the same rule (stop at k positives), so one class with
     one `StoppingRule` serves both; `name` says which was configured.
     """
-
-    uses_gradient_norms = False
 
     def __init__(
         self,
@@ -227,17 +225,12 @@ class SequentialSampler:
             else:
                 self._dispatch_or_stop(pid, self.round_repeat, minimum=1)
 
-    def done(self) -> bool:
-        return self._ledger.in_flight == 0 and self._ledger.open_count == 0
-
-    def verdict(self, prompt_id: str) -> PromptStatus:
-        return self._ledger.tally(prompt_id).status
-
-    def prompt_ids(self) -> list[str]:
-        return list(self._ledger.order)
-
-    def target_groups(self) -> int | None:
-        return None
+    def abandon(self, prompt_id: str) -> None:
+        if self.mode is DispatchMode.ROUNDS:
+            raise ValueError(
+                "seq rounds mode cannot abandon a prompt mid-round; hints need the streaming mode"
+            )
+        self._ledger.abandon(prompt_id)
 
     def metrics(self) -> dict[str, float]:
         stops = [t.exit_index for t in self._ledger.tallies.values() if t.exit_index is not None]

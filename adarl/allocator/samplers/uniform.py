@@ -6,23 +6,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from adarl.allocator.samplers.base import (
-    Draw,
     PromptHistory,
     PromptStatus,
     check_new_prompt_ids,
 )
-from adarl.allocator.samplers.ledger import StepLedger
+from adarl.allocator.samplers.ledger import LedgerSampler, StepLedger
 
 
-class UniformSampler:
+class UniformSampler(LedgerSampler):
     """Every prompt gets exactly `samples_per_prompt` responses in one draw.
 
     There is no exit condition, so every drawn prompt counts as resolved; a prompt the step
     budget could not fully pay for is drawn with what was left, and one it could not pay for at
     all is unresolved (never drawn).
     """
-
-    uses_gradient_norms = False
 
     name = "uniform"
 
@@ -64,30 +61,9 @@ class UniformSampler:
             if self._ledger.dispatch(pid, self.samples_per_prompt) is None:
                 self._ledger.settle(pid, PromptStatus.UNRESOLVED)
 
-    def needs_prompts(self) -> int:
-        return 0
-
-    def next(self) -> list[Draw]:
-        return self._ledger.take_pending()
-
     def observe(self, prompt_id: str, rewards: Sequence[float]) -> None:
         self._ledger.record(prompt_id, rewards)
         self._ledger.settle(prompt_id, PromptStatus.RESOLVED)
-
-    def done(self) -> bool:
-        return self._ledger.in_flight == 0 and self._ledger.open_count == 0
-
-    def verdict(self, prompt_id: str) -> PromptStatus:
-        return self._ledger.tally(prompt_id).status
-
-    def prompt_ids(self) -> list[str]:
-        return list(self._ledger.order)
-
-    def target_groups(self) -> int | None:
-        return None
-
-    def sequential_law(self) -> None:
-        return None  # pool sizes are fixed before their labels are seen
 
     def metrics(self) -> dict[str, float]:
         return self._ledger.metrics()

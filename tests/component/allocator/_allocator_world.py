@@ -28,6 +28,8 @@ from adarl.types import (
     Rollout,
     SamplingParams,
     ScoredRollout,
+    StatisticsReply,
+    StatisticsRequest,
     TaskExample,
 )
 
@@ -94,6 +96,14 @@ class _Refill:
         return {}
 
 
+def unit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
+    """A statistics provider for tests without a learner: G = 1 for every sample (GVM then
+    allocates by pass rate alone)."""
+    return StatisticsReply(
+        kind=request.kind, values=(1.0,) * len(request.rollouts), weight_version=0
+    )
+
+
 class FakeWorld:
     def __init__(
         self, pass_rates: Sequence[float], *, engine_seed: int = 0, start: int = 0
@@ -134,6 +144,7 @@ class FakeWorld:
         trace: StepTrace | None = None,
         stop_after_results: int | None = None,
         manual: bool = False,
+        statistics=unit_gradient_norms,
     ) -> StepResult | None:
         """Play one step; returns the StepResult (None if stopped early for a resume test).
 
@@ -142,6 +153,7 @@ class FakeWorld:
         """
         trace = trace if trace is not None else StepTrace()
         examples = self.examples if examples is None else examples
+        self.statistics = statistics
         if manual or stop_after_results is not None:
             return self._run_interrupted(
                 allocator, step, examples, order_seed, refill, trace, stop_after_results
@@ -162,6 +174,7 @@ class FakeWorld:
                 rewards=_TracingRewards(rewards, trace),
                 prompts=_Refill(refill),
                 codec=self.codec,
+                statistics=statistics,
                 clock=pool.now,
             )
         return phase.result
@@ -188,6 +201,7 @@ class FakeWorld:
             open_requests.extend(requests)
 
         dispatch(allocator.start_step(step, examples))
+        dispatch(list(allocator.update().requests))
         self.continue_step(allocator, open_requests, dispatch, rng, refill, trace, stop_after)
         if stop_after is not None and not allocator.step_complete():
             self._suspended = (open_requests, dispatch, rng, refill, trace)
@@ -198,20 +212,24 @@ class FakeWorld:
         self, allocator, open_requests, dispatch, rng, refill, trace, stop_after
     ) -> None:
         results = 0
-        while not allocator.step_complete():
+        state = allocator.update()
+        while not state.complete:
             if stop_after is not None and results >= stop_after:
                 return
-            wanted = allocator.needs_prompts()
-            if wanted:
-                dispatch(allocator.add_prompts(_Refill(refill).next_batch(wanted)))
-                continue
-            request = open_requests.pop(rng.randrange(len(open_requests)))
-            scored = self.generate(request)
-            pid = request.example.prompt_id
-            trace.rewards.setdefault(pid, []).extend(s.reward for s in scored)
-            trace.scored.setdefault(pid, []).extend(scored)
-            dispatch(allocator.observe(request.request_id, scored))
-            results += 1
+            if state.statistics is not None:
+                state = allocator.update(statistics=self.statistics(state.statistics))
+            elif state.prompts_wanted:
+                batch = _Refill(refill).next_batch(state.prompts_wanted)
+                state = allocator.update(new_examples=batch)
+            else:
+                request = open_requests.pop(rng.randrange(len(open_requests)))
+                scored = self.generate(request)
+                pid = request.example.prompt_id
+                trace.rewards.setdefault(pid, []).extend(s.reward for s in scored)
+                trace.scored.setdefault(pid, []).extend(scored)
+                state = allocator.update(results=[(request.request_id, scored)])
+                results += 1
+            dispatch(list(state.requests))
 
     def resume_step(self, allocator: BudgetAllocator) -> StepResult:
         """Finish a step stopped with `stop_after_results` on (maybe another) allocator."""

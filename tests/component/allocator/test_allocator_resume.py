@@ -47,9 +47,6 @@ def run(config: AllocatorConfig, *, interrupt_at: tuple[int, int] | None) -> lis
     history = []
     for step, batch in enumerate(batches):
         world.engine.update_weights(step, {})
-        allocator.report_gradient_norms(
-            {e.prompt_id: 0.5 + 0.1 * i for i, e in enumerate(batch)}, step=step
-        )
         trace = StepTrace()
         if interrupt_at is not None and interrupt_at[0] == step:
             assert (

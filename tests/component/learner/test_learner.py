@@ -17,7 +17,14 @@ from adarl.learner import LearnerGroup, PolicyLossSettings
 from adarl.learner.batching import BatchCounts
 from adarl.learner.learner import Learner
 from adarl.learner.synthetic import with_behaviour_logprobs
-from adarl.types import TrainBatch
+from adarl.types import (
+    Completion,
+    FinishReason,
+    Rollout,
+    ScoredRollout,
+    StatisticsRequest,
+    TrainBatch,
+)
 
 from .conftest import small_batch
 
@@ -256,6 +263,47 @@ def test_prompt_gradient_norms_equal_per_sample_backward(
         rows = (batch.prompt_index == prompt) & mask
         assert stats.count[prompt] == 3
         assert stats.mean[prompt] == pytest.approx(float(expected[rows].mean()), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_statistics_request_is_answered_with_per_sample_norms(group: LearnerGroup) -> None:
+    """The allocator's StatisticsRequest (GVM's pilot samples) gets, per rollout in order, the
+    same norm `prompt_gradient_norms` computes for that sequence (checked against one backward
+    per sample above), at the current weights, with the weights unchanged."""
+    batch = small_batch(seed=5)
+    rollouts = []
+    for row in range(batch.num_sequences):
+        real = batch.attention_mask[row]
+        response = batch.response_mask[row] & real
+        tokens = batch.input_ids[row][real].tolist()
+        n_prompt = int((real & ~response).sum())
+        completion = Completion(
+            token_ids=tuple(tokens[n_prompt:]),
+            logprobs=(0.0,) * (len(tokens) - n_prompt),
+            finish_reason=FinishReason.STOP,
+        )
+        rollout = Rollout(
+            request_id=f"7:p{row}:0",
+            prompt_id=f"p{row}",
+            prompt_token_ids=tuple(tokens[:n_prompt]),
+            completion=completion,
+            weight_version=0,
+        )
+        rollouts.append(ScoredRollout(rollout=rollout, reward=1.0))
+    before = group.get_weights()
+    reply = group.sample_statistics(
+        StatisticsRequest(step=7, kind="gradient_norm", rollouts=tuple(rollouts)), pad_token_id=0
+    )
+    direct = group.prompt_gradient_norms(
+        batch, sample_mask=torch.ones(batch.num_sequences, dtype=torch.bool)
+    ).sample_norms
+    assert reply.kind == "gradient_norm" and reply.weight_version == group.weight_version().version
+    torch.testing.assert_close(torch.tensor(reply.values), direct, rtol=1e-5, atol=0)
+    assert all(torch.equal(t, before[n]) for n, t in group.get_weights().items())
+    with pytest.raises(ValueError, match="unknown statistics kind"):
+        group.sample_statistics(
+            StatisticsRequest(step=7, kind="fisher", rollouts=()), pad_token_id=0
+        )
 
 
 @pytest.mark.slow

@@ -120,53 +120,94 @@ class TestDynamicFilter:
 
 
 def test_ada_est_allocates_by_estimated_pass_rate() -> None:
+    """Prompts seen recently are allocated from their EMA at once, with no pilot."""
     sampler = AdaEstSampler(
         mean_samples_per_prompt=4, min_samples_per_prompt=2, max_samples_per_prompt=16, epsilon=0.05
     )
     history = {
-        pid: PromptHistory(pass_rate=p, samples=10, grad_norm=None)
+        pid: PromptHistory(pass_rate=p, samples=10, grad_norm=None, last_step=4)
         for pid, p in {"hard": 0.05, "mid": 0.5, "easy": 0.95}.items()
     }
-    sampler.start_step(0, list(history), history)
+    sampler.start_step(5, list(history), history)
     counts = {d.prompt_id: d.num_samples for d in sampler.next()}
     expected = ada_est_allocation(
         np.array([0.05, 0.5, 0.95]), budget=12, eps=0.05, min_samples=2, max_samples=16
     )
     assert [counts[p] for p in history] == list(expected)
     assert counts["hard"] > counts["mid"] > counts["easy"]
+    assert all(sampler.pilot_samples(pid) == 0 for pid in history)
+    assert sampler.pass_rate_estimate("hard") == 0.05
     for pid, n in counts.items():
         sampler.observe(pid, [0.0] * n)
     assert sampler.done()
+    assert sampler.metrics()["sampling/estimate_age_mean_steps"] == 1.0
 
 
-def test_gvm_presamples_then_allocates_by_norm_and_pass_rate() -> None:
-    streams = {"a": [1, 0, 0, 0] + [0] * 20, "b": [1, 1, 1, 0] + [0] * 20, "c": [0] * 24}
+def test_ada_est_pilots_unseen_and_stale_prompts_within_the_budget() -> None:
+    """An unseen prompt (and one last seen more than max_age_steps ago) gets a pilot of 2 first;
+    p̂ = (positives + α)/(2 + α + β); the pilot is paid from the step's budget of 4 × 3."""
+    sampler = AdaEstSampler(
+        mean_samples_per_prompt=4,
+        min_samples_per_prompt=1,
+        max_samples_per_prompt=16,
+        epsilon=0.05,
+        pilot_samples=2,
+        max_age_steps=50,
+    )
     history = {
-        "a": PromptHistory(pass_rate=0.5, samples=0, grad_norm=2.0),
-        "b": PromptHistory(pass_rate=0.5, samples=0, grad_norm=None),  # unknown: mean of known
-        "c": PromptHistory(pass_rate=0.5, samples=0, grad_norm=1.0),
+        "new": PromptHistory(pass_rate=0.5, samples=0, grad_norm=None),
+        "stale": PromptHistory(pass_rate=0.9, samples=40, grad_norm=None, last_step=10),
+        "seen": PromptHistory(pass_rate=0.2, samples=40, grad_norm=None, last_step=99),
     }
+    sampler.start_step(100, list(history), history)
+    pilot = {d.prompt_id: d.num_samples for d in sampler.next()}
+    assert pilot == {"new": 2, "stale": 2}  # "seen" waits for the allocation
+    sampler.observe("new", [1.0, 0.0])
+    assert sampler.next() == []  # the allocation waits for every pilot
+    sampler.observe("stale", [0.0, 0.0])
+    estimates = {pid: sampler.pass_rate_estimate(pid) for pid in history}
+    assert estimates == {"new": 2 / 4, "stale": 1 / 4, "seen": 0.2}
+    second = {d.prompt_id: d.num_samples for d in sampler.next()}
+    expected = ada_est_allocation(
+        np.array([0.5, 0.25, 0.2]), budget=12 - 4, eps=0.05, min_samples=1, max_samples=16
+    )
+    assert [second[p] for p in history] == list(expected)
+    assert (sampler.pilot_samples("new"), sampler.pilot_samples("seen")) == (2, 0)
+    for pid, n in second.items():
+        sampler.observe(pid, [0.0] * n)
+    assert sampler.done()
+    metrics = sampler.metrics()
+    assert metrics["sampling/pilot_samples"] == 4 and metrics["sampling/budget_used"] == 12
+
+
+def test_gvm_pilots_then_asks_for_gradient_norms_then_allocates() -> None:
+    streams = {"a": [1, 0, 0, 0] + [0] * 20, "b": [1, 1, 1, 0] + [0] * 20, "c": [0] * 24}
     sampler = GvmSampler(
         presamples=4, mean_samples_per_prompt=4, min_samples_per_prompt=0, max_samples_per_prompt=20
     )
-    sampler.start_step(0, list(streams), history)
+    sampler.start_step(0, list(streams), no_history(streams))
     driver = StreamDriver(streams)
     first = sampler.next()
     assert [d.num_samples for d in first] == [4, 4, 4]
     for d in first[:2]:
         sampler.observe(d.prompt_id, driver.answer(d))
-    assert sampler.next() == []  # the allocation waits for every pre-sample
+    assert sampler.statistics_wanted() == [] and sampler.next() == []  # waits for the pilot
     sampler.observe("c", driver.answer(first[2]))
+    # G_i is asked for this step's pilot, for the prompts with an accepted pilot sample only.
+    assert sampler.statistics_wanted() == ["a", "b"]
+    assert sampler.next() == []
+    sampler.observe_statistics({"a": 2.0, "b": 1.5})
     second = {d.prompt_id: d.num_samples for d in sampler.next()}
     expected = gvm_allocation(
-        np.array([2.0, 1.5, 1.0]),
+        np.array([2.0, 1.5, 0.0]),
         np.array([0.25, 0.75, 0.0]),
         budget=12,
         min_samples=0,
         max_samples=16,
     )
     assert second == {p: int(n) for p, n in zip("abc", expected, strict=True) if n}
-    assert "c" not in second and sampler.verdict("c") is PromptStatus.RESOLVED  # p = 0: weight 0
+    assert "c" not in second and sampler.verdict("c") is PromptStatus.UNRESOLVED  # nothing to train
+    assert sampler.pilot_samples("a") == 4 and sampler.pass_rate_estimate("b") == 0.75
     for pid, n in second.items():
         sampler.observe(pid, [0.0] * n)
     assert sampler.done()
