@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "overhead": "adarl.bench.overhead",  # share of step time outside the real work
     "soak": "adarl.bench.soak",  # RSS of every process of a long run: memory stays flat
     "dro": "adarl.bench.dro",  # R3 vs the exact verifier, the variance filter, scoring cost
+    "scaling": "adarl.bench.scaling",  # ZeRO-3 loading and weight-broadcast host memory
 }
 
 

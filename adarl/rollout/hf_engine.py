@@ -212,6 +212,7 @@ class HFEngine:
                 seen += 1
                 if name in state:
                     state[name].copy_(tensor.detach())
+                del tensor  # let go of this bucket before the stream receives the next one
         if seen != len(names):
             raise RuntimeError(
                 f"the weight stream yielded {seen} tensors but announced {len(names)}; the "

@@ -313,10 +313,14 @@ class VLLMEngine:
 def _recording(
     weights: Iterable[tuple[str, torch.Tensor]], seen: list[str]
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """`weights`, detached, recording each name as it passes."""
+    """`weights`, detached, recording each name as it passes (and holding none of them once
+    passed on, so a bucket is freed as soon as vLLM has loaded it)."""
     for name, tensor in weights:
         seen.append(name)
-        yield name, tensor.detach()
+        detached = tensor.detach()
+        del tensor
+        yield name, detached
+        del detached
 
 
 def _require_gpu_platform(tensor_parallel_size: int) -> None:

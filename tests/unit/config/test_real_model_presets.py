@@ -64,6 +64,7 @@ def test_preset_has_the_documented_recipe(preset: str) -> None:
     assert "\\boxed{}" in (task.system_prompt or "") and "\\boxed{}" in task.instruction_suffix
     assert config.trainer.total_steps == 400
     assert config.cluster.gpus_per_engine == 1 and config.cluster.gpus_per_learner == 1
+    assert config.faults.engine_failure == "fail"  # broadcast groups cannot take a restart
 
 
 def test_presets_differ_only_in_the_sampler() -> None:
