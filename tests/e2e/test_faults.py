@@ -85,6 +85,13 @@ def fake_pool(
     return pool
 
 
+@pytest.fixture(scope="module")
+def step_pool() -> Iterator[RolloutPool]:
+    pool = fake_pool(engine_failure="restart", max_engine_restarts=6)
+    yield pool
+    pool.shutdown()
+
+
 @pytest.fixture
 def pools() -> Iterator[list[RolloutPool]]:
     made: list[RolloutPool] = []
@@ -108,9 +115,9 @@ def requests(count: int, *, n: int = 4) -> list[GenerationRequest]:
 
 
 def stall(pool: RolloutPool, slot: int) -> str:
-    """Keep engine `slot` busy for 2 s, so that work the pool gives it queues (in flight)."""
+    """Keep engine `slot` busy for 1 s, so that work the pool gives it queues (in flight)."""
     actor = pool.engine_handles()[slot].endpoint
-    actor.__ray_call__.remote(lambda _engine: time.sleep(2.0))
+    actor.__ray_call__.remote(lambda _engine: time.sleep(1.0))
     return pool.engine_handles()[slot].name
 
 
@@ -175,9 +182,8 @@ def test_with_continue_the_pool_runs_on_with_fewer_engines(pools: list[RolloutPo
 
 
 @pytest.mark.timeout(300)
-def test_an_evaluation_barrier_survives_a_kill(pools: list[RolloutPool]) -> None:
-    pool = fake_pool(engine_failure="restart")
-    pools.append(pool)
+def test_an_evaluation_barrier_survives_a_kill(step_pool: RolloutPool) -> None:
+    pool = step_pool
     wanted = requests(8)
     reference = samples(pool.generate(wanted))
     stall(pool, 0)
@@ -253,20 +259,13 @@ def outcome(phase: RolloutPhase) -> list[tuple]:
     )
 
 
-@pytest.fixture(scope="module")
-def step_pool() -> Iterator[RolloutPool]:
-    pool = fake_pool(engine_failure="restart", max_engine_restarts=5)
-    yield pool
-    pool.shutdown()
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("run", range(5))
 def test_a_step_survives_an_engine_kill_with_every_prompt_accounted_once(
     step_pool: RolloutPool, run: int
 ) -> None:
     """Acceptance (issue 16): 5 of 5 steps complete with every prompt accounted for once."""
-    pool = step_pool  # one pool for the five runs: each kill restarts one of its engines
+    pool = step_pool  # one pool for these tests: each kill restarts one of its engines
     step = 10 + run
     reference = run_step(pool, step=step, kill_slot=None)  # the same step without the fault
     faulted = run_step(pool, step=step, kill_slot=run % 2)
