@@ -127,6 +127,8 @@ class BudgetAllocator:
         self.max_carry_age_steps = max_carry_age_steps
         self.positive_threshold = positive_threshold
         self.hints = hints
+        if hints is not None:
+            hints.samples_per_condition = sampler.prompt_allowance()
         self._carry: list[CarriedGroup] = []
         self._last_metrics: dict[str, float] = {}
         self._reset_step()
@@ -266,6 +268,9 @@ class BudgetAllocator:
             return []
         self._examples[sampler_id] = self._examples[hint.prompt_id]
         self._pools[sampler_id] = []
+        # Paid from the hint stage's budget (hints.max_extra_rollouts_fraction), not from the
+        # samples the step's unhinted prompts may still draw.
+        self.sampler.fund([sampler_id])
         self.sampler.add_prompts([sampler_id], self.stats.history([sampler_id]))
         return self._dispatch()
 

@@ -48,9 +48,13 @@ class HintStage:
     schedule: HintSchedule
     collapse: CollapseRule
     positive_threshold: float = 0.5
-    # A step asks for a hint only while its hinted samples are below this fraction of its
-    # unhinted ones (both counted at dispatch); None = no limit.
+    # A step grants a hint only if its hinted conditions, each counted at the most it may draw
+    # until it ends (then at what it drew), stay within this fraction of the unhinted samples
+    # dispatched so far; None = no limit.
     max_extra_rollouts_fraction: float | None = None
+    # The most one condition may draw in a step (the sampler's `prompt_allowance`; set by the
+    # allocator).
+    samples_per_condition: int = 0
     # -- per step --
     step: int = -1
     conditions: dict[str, _Condition] = field(default_factory=dict)  # sampler id -> condition
@@ -63,6 +67,8 @@ class HintStage:
     requested_by_level: dict[int, int] = field(default_factory=dict)
     samples_unhinted: int = 0
     samples_hinted: int = 0
+    committed: int = 0  # hinted samples drawn or still allowed (see max_extra_rollouts_fraction)
+    settled: set[str] = field(default_factory=set)  # hinted conditions whose cost is final
     refused_by_budget: int = 0
 
     def start_step(self, step: int, prompt_ids: list[str]) -> None:
@@ -72,6 +78,7 @@ class HintStage:
         self.attempts, self.abandoned, self.waiting, self.unsent = {}, set(), {}, []
         self.requested_by_level = {}
         self.samples_unhinted = self.samples_hinted = self.refused_by_budget = 0
+        self.committed, self.settled = 0, set()
 
     def add_prompts(self, prompt_ids: list[str]) -> None:
         for pid in prompt_ids:
@@ -102,6 +109,8 @@ class HintStage:
         sampler ended the condition's sampling earlier (a uniform draw, a futility stop)."""
         cond = self.conditions[sampler_id]
         x = cond.prompt_id
+        if cond.level and sampling_ended:
+            self._settle(sampler_id, drawn=len(pool))
         if self.current.get(x) != sampler_id or x in self.waiting:
             return False
         positives = sum(is_positive(s.reward, self.positive_threshold) for s in pool)
@@ -114,9 +123,14 @@ class HintStage:
         if level is None:
             return False
         fraction = self.max_extra_rollouts_fraction
-        if fraction is not None and self.samples_hinted >= fraction * self.samples_unhinted:
-            self.refused_by_budget += 1
+        if fraction is not None and (
+            self.committed + self.samples_per_condition > fraction * self.samples_unhinted
+        ):
+            self.refused_by_budget += 1  # asked again after its next draw, if still collapsed
             return False
+        if cond.level:
+            self._settle(sampler_id, drawn=len(pool))  # abandoned: it draws no more
+        self.committed += self.samples_per_condition
         self.attempts[x] = attempt
         self.abandoned.add(sampler_id)
         request = HintRequest(prompt_id=x, example=example, level=level, step=self.step)
@@ -124,6 +138,12 @@ class HintStage:
         self.unsent.append(request)
         self.requested_by_level[level] = self.requested_by_level.get(level, 0) + 1
         return True
+
+    def _settle(self, sampler_id: str, *, drawn: int) -> None:
+        """A hinted condition ended (or was abandoned): its cost is what it drew."""
+        if sampler_id not in self.settled:
+            self.settled.add(sampler_id)
+            self.committed -= self.samples_per_condition - drawn
 
     def take_requests(self) -> list[HintRequest]:
         requests, self.unsent = self.unsent, []
@@ -138,6 +158,7 @@ class HintStage:
                 "pass each HintRequest's Hint exactly once"
             )
         if hint.text is None:
+            self.committed -= self.samples_per_condition  # nothing will be drawn for it
             return None  # counted by the generator (sampling/hints_unavailable)
         sampler_id = f"{hint.prompt_id}{HINT_MARK}{hint.level}"
         if sampler_id in self.conditions:  # a level given twice in one step (sage_light)
@@ -194,6 +215,7 @@ class HintStage:
             "unsent": list(self.unsent),
             "requested_by_level": dict(self.requested_by_level),
             "samples": (self.samples_unhinted, self.samples_hinted, self.refused_by_budget),
+            "committed": (self.committed, sorted(self.settled)),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -208,6 +230,8 @@ class HintStage:
         self.unsent = list(self.waiting.values())
         self.requested_by_level = dict(state["requested_by_level"])
         self.samples_unhinted, self.samples_hinted, self.refused_by_budget = state["samples"]
+        committed, settled = state["committed"]
+        self.committed, self.settled = int(committed), set(settled)
 
 
 def build_hint_stage(config: HintsConfig, *, positive_threshold: float) -> HintStage | None:

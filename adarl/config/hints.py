@@ -33,10 +33,12 @@ who writes it. Builders: `adarl.hints.build_hint_schedule`, `adarl.hints.build_h
     collapse_after_samples: the allocator declares a prompt collapsed (and asks for a hint)
         once this many samples of it this step have no positive reward, or when its sampler
         ends its sampling with none (uniform: its one draw; streaming: a cap or futility stop).
-    max_extra_rollouts_fraction: the cost ceiling of hinting: a step asks for a hint only while
-        the samples it drew on hinted prompts are below this fraction of those it drew on
-        unhinted ones (both counted at dispatch; a granted re-roll may end past it by one
-        prompt's draws). None (default) = no ceiling.
+    max_extra_rollouts_fraction: the cost ceiling of hinting: a step's hinted samples stay at
+        most this fraction of its unhinted ones. A hint is granted only if every hinted
+        condition, counted at its cap until it ends and at what it drew after, still fits under
+        the fraction of the unhinted samples dispatched so far; a prompt refused asks again
+        after its next draw. Hinted conditions are paid from this budget, never from the
+        unhinted prompts' step budget. None (default) = no ceiling.
     seed: seeds hint-mode sampling (with the prompt, the step and the attempt); None (default)
         = derived from the root `seed` (adarl/config/seeds.py).
 """

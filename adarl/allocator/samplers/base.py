@@ -138,6 +138,18 @@ class Sampler(Protocol):
         for advantages that weight by it and for the estimate-error metric."""
         ...
 
+    def prompt_allowance(self) -> int:
+        """The most one prompt may draw in a step (its cap); samplers that allocate over the
+        whole batch have none and refuse (ValueError)."""
+        ...
+
+    def fund(self, prompt_ids: Sequence[str]) -> None:
+        """Grow the step budget by the most `prompt_ids` may draw (their caps), before they are
+        added: prompts paid from another budget (hinted conditions, from the hint stage's) take
+        no samples from the step's other prompts. Samplers that allocate over the whole batch
+        may refuse (ValueError)."""
+        ...
+
     def abandon(self, prompt_id: str) -> None:
         """Stop a prompt whose last draw returned (the allocator declared it collapsed): draws
         queued for it are cancelled and refunded to the step budget, and it ends ABANDONED

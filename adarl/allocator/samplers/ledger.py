@@ -232,3 +232,15 @@ class LedgerSampler:
 
     def abandon(self, prompt_id: str) -> None:
         self._ledger.abandon(prompt_id)
+
+    def fund(self, prompt_ids: Sequence[str]) -> None:
+        budget = self._ledger.budget
+        if budget.cap is not None:
+            budget.cap += len(prompt_ids) * self.prompt_allowance()
+
+    def prompt_allowance(self) -> int:
+        """The most one prompt may draw in a step (its cap)."""
+        raise ValueError(
+            f"{self.name} allocates over the whole batch and cannot take in a prompt paid from "
+            "another budget (a hinted prompt); use the uniform or streaming sequential samplers"
+        )

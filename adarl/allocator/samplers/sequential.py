@@ -232,6 +232,9 @@ class SequentialSampler(LedgerSampler):
             )
         self._ledger.abandon(prompt_id)
 
+    def prompt_allowance(self) -> int:
+        return self.max_samples_per_prompt
+
     def metrics(self) -> dict[str, float]:
         stops = [t.exit_index for t in self._ledger.tallies.values() if t.exit_index is not None]
         overshoot = [

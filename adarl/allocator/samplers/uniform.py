@@ -65,6 +65,9 @@ class UniformSampler(LedgerSampler):
         self._ledger.record(prompt_id, rewards)
         self._ledger.settle(prompt_id, PromptStatus.RESOLVED)
 
+    def prompt_allowance(self) -> int:
+        return self.samples_per_prompt
+
     def metrics(self) -> dict[str, float]:
         return self._ledger.metrics()
 
