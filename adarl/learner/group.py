@@ -71,7 +71,6 @@ class TrainStepResult:
     metrics: dict[str, float]  # train/*, perf/*, timing/*
     grad_norm: float  # global gradient norm before clipping
     weight_version: WeightVersion  # the weights after this step
-    prompt_grad_norms: PromptGradNorms | None  # when the step was asked for them
 
 
 class _LearnerHandle(Protocol):
@@ -265,21 +264,10 @@ class LearnerGroup:
 
     # --------------------------------------------------------------------------- training
 
-    def train_step(
-        self, batch: TrainBatch, *, grad_norm_mask: torch.Tensor | None = None
-    ) -> TrainStepResult:
-        """One optimizer step on `batch` across all ranks.
-
-        `grad_norm_mask` ([B] bool, e.g. the correct samples): also return GVM's per-prompt
-        gradient norms of those rows, measured with the weights before this step.
-        """
+    def train_step(self, batch: TrainBatch) -> TrainStepResult:
+        """One optimizer step on `batch` across all ranks."""
         validate_train_batch(batch)
         start = time.perf_counter()
-        prompt_norms = None
-        grad_norm_s = 0.0
-        if grad_norm_mask is not None:
-            prompt_norms = self.prompt_gradient_norms(batch, sample_mask=grad_norm_mask)
-            grad_norm_s = time.perf_counter() - start
         counts = BatchCounts.of(batch)
         shards = shard_batch(batch, self.num_learners)
         num_micro = max_micro_batches(shards, self.max_tokens_per_micro_batch)
@@ -326,17 +314,11 @@ class LearnerGroup:
                     "behaviour log-probs, or lower learner.learning_rate"
                 )
         metrics["timing/learner_step_s"] = time.perf_counter() - start
-        if prompt_norms is not None:
-            metrics["timing/grad_norm_pass_s"] = grad_norm_s
-            selected = prompt_norms.sample_norms[~prompt_norms.sample_norms.isnan()]
-            if len(selected):
-                metrics["train/sample_grad_norm_mean"] = float(selected.mean())
         self._last_metrics = metrics
         return TrainStepResult(
             metrics=metrics,
             grad_norm=ranks[0].grad_norm,
             weight_version=self.weight_version(),
-            prompt_grad_norms=prompt_norms,
         )
 
     def _step_metrics(
