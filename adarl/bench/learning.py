@@ -75,6 +75,13 @@ ARMS: tuple[Arm, ...] = (
     Arm("ada_seq_balance_whole_pool", "ada_seq_balance", ("allocator.group.group_size=null",)),
     Arm("reinforce_ada_reference", "reinforce_ada_reference"),
     Arm("rloo", "rloo"),
+    Arm("ada_est", "ada_est"),
+    Arm("gvm_grpo", "gvm_grpo"),
+    Arm("gvm_raft", "gvm_raft"),
+    Arm("dro", "dro"),
+    Arm("sage", "sage"),
+    Arm("sage_light", "sage_light"),
+    Arm("ada_seq_balance_sage", "ada_seq_balance_sage"),
 )
 
 
