@@ -6,8 +6,11 @@
 #   launch/local_multinode.sh [HYDRA OVERRIDES...]
 #   e.g. launch/local_multinode.sh trainer.total_steps=3 rollout=hf
 #
-# Environment: ADARL_MULTINODE_CPUS (CPUs of each node, default 2), ADARL_MULTINODE_DIR (work
-# directory: Ray's temp dir, the run directory, actors.json; default a new mktemp directory).
+# Environment: ADARL_MULTINODE_CPUS (CPUs of each node, default 2; ADARL_MULTINODE_WORKER_CPUS
+# for the worker alone), ADARL_MULTINODE_DIR (work directory: the run directory, logs,
+# actors.json; default a new mktemp directory). ADARL_MULTINODE_PRIVATE_RUN_DIR=1 gives the worker
+# node a run directory of its own (an empty tmpfs mounted over it in a private mount namespace,
+# root only): what a node without the shared file system sees; the run must refuse to start.
 #
 # Other programs on the machine are left alone: the cluster uses free, non-default ports and its
 # own temp dir (so a bare `ray.init()` elsewhere does not join it), and it is stopped by killing
@@ -18,8 +21,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 PYTHON="$(dirname "$RAY_BIN")/python"
 
 cpus="${ADARL_MULTINODE_CPUS:-2}"
+worker_cpus="${ADARL_MULTINODE_WORKER_CPUS:-$cpus}"
 work="${ADARL_MULTINODE_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/adarl-multinode.XXXXXX")}"
-mkdir -p "$work"
+mkdir -p "$work/run"
 # Unix socket paths must stay short: Ray's temp dir gets a short name of its own.
 ray_tmp="$(mktemp -d /tmp/adarl-ray.XXXXXX)"
 read -r port dashboard_port < <("$PYTHON" - <<'PY'
@@ -47,9 +51,19 @@ echo "adarl: head node: 127.0.0.1:$port, $cpus CPUs (temp dir $ray_tmp)"
 "$RAY_BIN" start --head --port="$port" --num-cpus="$cpus" --num-gpus=0 \
   --temp-dir="$ray_tmp" --include-dashboard=true --dashboard-host=127.0.0.1 \
   --dashboard-port="$dashboard_port" --disable-usage-stats >"$work/head.log" 2>&1
-echo "adarl: worker node: $cpus CPUs, joining 127.0.0.1:$port"
-"$RAY_BIN" start --address="127.0.0.1:$port" --num-cpus="$cpus" --num-gpus=0 \
-  --disable-usage-stats >"$work/worker.log" 2>&1
+echo "adarl: worker node: $worker_cpus CPUs, joining 127.0.0.1:$port"
+worker_start=("$RAY_BIN" start --address="127.0.0.1:$port" --num-cpus="$worker_cpus" --num-gpus=0
+  --disable-usage-stats)
+if [[ "${ADARL_MULTINODE_PRIVATE_RUN_DIR:-0}" == 1 ]]; then
+  echo "adarl: the worker node gets a private, empty $work/run (no shared file system)"
+  # The node's processes stay in this mount namespace after `ray start` returns.
+  # shellcheck disable=SC2016  # expanded by the inner bash, from its own arguments
+  unshare --mount --propagation private bash -c \
+    'mount -t tmpfs tmpfs "$1" && shift && exec "$@"' _ "$work/run" "${worker_start[@]}" \
+    >"$work/worker.log" 2>&1
+else
+  "${worker_start[@]}" >"$work/worker.log" 2>&1
+fi
 
 status=0
 (

@@ -60,3 +60,44 @@ def test_a_run_spreads_over_a_head_and_a_worker_node(tmp_path: Path) -> None:
     token = re.search(r"killed \d+ process\(es\) marked (\S+)", out)
     assert token is not None, out[-2000:]
     assert marked_processes(token.group(1)) == []
+
+
+@pytest.mark.timeout(1200)
+def test_a_node_without_the_shared_run_directory_is_refused_at_start(tmp_path: Path) -> None:
+    """The worker node sees an empty tmpfs where the run directory is (a private mount namespace:
+    what a node without the shared file system sees). The learner is placed there (the worker has
+    the most CPUs), so its checkpoint shards would land where the driver cannot verify them: the
+    run must refuse before training, saying why."""
+    if os.geteuid() != 0:
+        pytest.skip("a private mount namespace with a tmpfs needs root here")
+    cache = os.environ.get("ADARL_CACHE_DIR") or str(tmp_path / "cache")
+    env = {k: v for k, v in os.environ.items() if k not in (REAPER_TOKEN_ENV, "RAY_ADDRESS")}
+    env |= {
+        "ADARL_MULTINODE_DIR": str(tmp_path),
+        "ADARL_MULTINODE_CPUS": "2",
+        "ADARL_MULTINODE_WORKER_CPUS": "3",
+        "ADARL_MULTINODE_PRIVATE_RUN_DIR": "1",
+    }
+    done = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "launch" / "local_multinode.sh"),
+            "+experiment=ada_seq_balance",
+            "trainer.total_steps=2",
+            f"model.cache_dir={cache}",
+            "model.tiny.sft_steps=120",
+            "rollout=hf",
+            "logger.mode=offline",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1100,
+        env=env,
+        cwd=ROOT,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-3000:]
+    assert re.search(r"checkpoint directory .* is not shared between the driver and learner", out)
+    assert "step 1/" not in out  # refused before the first step
+    token = re.search(r"killed \d+ process\(es\) marked (\S+)", out)
+    assert token is not None and marked_processes(token.group(1)) == []
