@@ -39,7 +39,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -84,12 +84,24 @@ class PassRatePrior:
     def posterior(
         self, *, positives: float, negatives: float
     ) -> np.ndarray:  # [G] weights given counts (pseudo-counts may be fractional)
-        log_post = np.log(np.maximum(np.asarray(self.weights), 1e-300)) + _log_likelihood(
-            np.asarray(self.grid), np.float64(positives), np.float64(negatives)
-        )
-        log_post -= log_post.max()
-        post = np.exp(log_post) * (np.asarray(self.weights) > 0)
+        log_prior, log_up, log_down, support = self._log_terms
+        log_post = log_prior.copy()
+        if positives > 0:
+            log_post += positives * log_up
+        if negatives > 0:
+            log_post += negatives * log_down
+        log_post -= log_post[support].max()
+        post = np.exp(log_post) * support
         return post / post.sum()
+
+    @cached_property
+    def _log_terms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """log prior, log p, log(1 - p) on the grid (-inf at the ends), and the prior's support;
+        computed once (the draw rule asks for a posterior at every draw)."""
+        grid = np.asarray(self.grid)
+        weights = np.asarray(self.weights)
+        with np.errstate(divide="ignore"):
+            return np.log(np.maximum(weights, 1e-300)), np.log(grid), np.log1p(-grid), weights > 0
 
     def mean(self) -> float:
         return float(np.dot(self.grid, self.weights))
@@ -116,31 +128,49 @@ def stop_time_distribution(
     the pass rate is `pass_rates[g]` with probability `weights[g]` (labels i.i.d. given it).
 
     Over the whole room (H = R) q sums to 1, because the rule always stops at the cap.
-    O(G·H²) numpy work.
+
+        q[t] = Σ_g weights[g] Σ_i C[t, i] · p_g^i (1 - p_g)^(t - i)
+
+    with C[t, i] the number of label sequences from (N⁺, N⁻) that first stop after t samples
+    with i of them positive (`_first_stops`: a property of the rule and the counts alone, cached,
+    so the per-call work is one O(G·H²) contraction).
     """
     rates = np.atleast_1d(np.asarray(pass_rates, dtype=np.float64))  # [G]
     mix = np.ones(1) if weights is None else np.asarray(weights, dtype=np.float64)
-    total = positives + negatives
-    room = rule.max_samples - total
+    room = rule.max_samples - positives - negatives
     if horizon is not None:
         room = min(room, horizon)
-    q = np.zeros(room + 1)
     if rule.stops(positives, negatives):
+        q = np.zeros(room + 1)
         q[0] = 1.0
         return q
+    paths = _first_stops(rule, positives, negatives, room)  # [H + 1, H + 1]: C[t, i]
+    steps = np.arange(room + 1)
+    up = rates[:, None] ** steps  # [G, i]
+    down = (1.0 - rates)[:, None] ** steps  # [G, j]
+    failures = np.clip(steps[:, None] - steps[None, :], 0, None)  # [t, i]: t - i (0 off the law)
+    per_rate = np.einsum("ti,gi,gti->gt", paths, up, down[:, failures])  # [G, t]
+    return mix @ per_rate
+
+
+@lru_cache(maxsize=4_096)
+def _first_stops(rule: StoppingRule, positives: int, negatives: int, room: int) -> np.ndarray:
+    """C[t, i] (see `stop_time_distribution`), t, i = 0..room; read-only."""
     grid, _ = rule.stop_grid()  # [N, N⁺]
-    active = np.zeros((rates.size, room + 1))  # [G, i]: mass still sampling, by new positives
-    active[:, 0] = mix
-    up = rates[:, None]
+    total = positives + negatives
+    paths = np.zeros((room + 1, room + 1))
+    active = np.zeros(room + 1)  # label sequences still sampling, by new positives
+    active[0] = 1.0
     for t in range(1, room + 1):
-        moved = np.zeros_like(active)
-        moved[:, 1 : t + 1] += active[:, :t] * up
-        moved[:, :t] += active[:, :t] * (1.0 - up)
+        moved = np.zeros(room + 1)
+        moved[1 : t + 1] += active[:t]
+        moved[:t] += active[:t]
         stop = grid[total + t, positives : positives + t + 1]  # [t + 1]: i new positives
-        q[t] = moved[:, : t + 1][:, stop].sum()
-        moved[:, : t + 1][:, stop] = 0.0
+        paths[t, : t + 1][stop] = moved[: t + 1][stop]
+        moved[: t + 1][stop] = 0.0
         active = moved
-    return q
+    paths.setflags(write=False)
+    return paths
 
 
 def expected_overshoot(q: np.ndarray) -> np.ndarray:  # [R + 1]: index c
