@@ -1,20 +1,30 @@
-"""Supervised data that teaches the built-in tiny model the two hint formats (adarl/models/tiny.py
-trains them alongside the task's (prompt, answer) pairs, `AuxiliaryPairs`):
+"""Supervised data that teaches the built-in tiny model the two hint formats
+(adarl/models/loading.py feeds them to the warm start of adarl/models/tiny.py):
 
 * hinted task rows, so that a hinted prompt is something the policy has seen:
-  `47*38=[47*30=1410]` → `1786`, at a level drawn uniformly among the example's usable ones;
+  `47*38=[47*30=1410]` → `1786`, at a level drawn uniformly among the example's usable ones.
+  A share `HINTED_SHARE` of the task pairs is shown this way instead of bare (same loss term,
+  same number of pairs);
 * hint-mode rows, from the reference solution to the three levels in one answer:
-  `hint:47*38=(47*30=1410,47*8=376,1410+376=1786)` → `1[47*30]2[47*30=1410]3[...]`.
+  `hint:47*38=(47*30=1410,47*8=376,1410+376=1786)` → `1[47*30]2[47*30=1410]3[...]`, an
+  auxiliary set of `HINT_MODE_ROWS_PER_STEP` rows per step with its own loss term
+  (`AuxiliaryPairs`), drawn from train-split examples a seed apart from the task pairs'.
 
-Both come from i.i.d. train-split draws of the arithmetic task (a seed apart from the task
-pairs'), from the template levels of adarl/hints/arithmetic.py. Examples without usable levels
-(one-step problems that do not split) give no hinted row; hint-mode rows need all three levels.
+Levels come from the template (adarl/hints/template.py). Examples without usable levels
+(one-step problems that do not split) stay bare; hint-mode rows need all three levels.
+
+Why these numbers (docs/benchmarks.md "Hint formats on the tiny model"): at the embedded
+default's 300 steps, a quarter of the task pairs hinted keeps the unhinted pass rate where the
+plain warm start has it and makes hinted prompts about as solvable as bare ones; hinted rows
+trained only as a small auxiliary term left hinted prompts much harder than bare ones, and half
+of the task pairs hinted lowered the unhinted pass rate by a quarter.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,12 +37,8 @@ if TYPE_CHECKING:
     from adarl.models.tiny import AuxiliaryPairs
 
 Pair = tuple[str, str]
-# Hint rows per warm-start step, hinted task rows and hint-mode rows mixed about half and half
-# in one auxiliary loss term (the task pairs keep their own). Measured at 300 steps (the
-# embedded default): greedy hint-mode output parses ~99% of the time and the unhinted pass
-# rate does not fall; separate loss terms per kind (32 + 16 rows) lowered it (docs/benchmarks.md
-# "Hints"). The warm start costs about 3x the task pairs' alone.
-HINT_ROWS_PER_STEP = 32
+HINTED_SHARE = 0.25  # of the task pairs, shown with a hint
+HINT_MODE_ROWS_PER_STEP = 16
 
 
 def hinted_task_pair(example: TaskExample, rng: np.random.Generator) -> Pair | None:
@@ -53,43 +59,48 @@ def hint_mode_pair(example: TaskExample) -> Pair | None:
     return hint_prompt(example.prompt, hint_mode_solution(example)), render_levels(usable)
 
 
-def hint_warm_start_pairs(
-    examples: list[TaskExample], *, seed: int
-) -> tuple[list[Pair], list[Pair]]:
-    """(hinted task rows, hint-mode rows) made from `examples`, each example used for both."""
+def task_pairs_with_hints(
+    examples: Sequence[TaskExample], *, share: float = HINTED_SHARE, seed: int
+) -> list[Pair]:
+    """One (prompt, answer) pair per example, in order; each example is shown hinted with
+    probability `share` (when it has a usable level), else bare."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"hinted share must be in [0, 1], got {share}")
     rng = np.random.default_rng([seed, 4111])
-    hinted, mode = [], []
+    pairs = []
     for example in examples:
-        if (pair := hinted_task_pair(example, rng)) is not None:
-            hinted.append(pair)
-        if (pair := hint_mode_pair(example)) is not None:
-            mode.append(pair)
-    return hinted, mode
+        hinted = hinted_task_pair(example, rng) if rng.random() < share else None
+        pairs.append(hinted or (example.prompt, example.answer))
+    return pairs
 
 
-def arithmetic_hint_auxiliary(sft_steps: int, *, seed: int) -> list[AuxiliaryPairs]:
-    """The hint formats as one auxiliary warm-start set: `HINT_ROWS_PER_STEP` rows per step,
-    made from `sft_steps * HINT_ROWS_PER_STEP / 2` fresh train-split draws (each gives up to
-    one row of each kind). No steps, no set."""
+def arithmetic_hint_mode_auxiliary(sft_steps: int, *, seed: int) -> list[AuxiliaryPairs]:
+    """The hint-mode rows as one auxiliary warm-start set, `HINT_MODE_ROWS_PER_STEP` per step,
+    from `sft_steps * HINT_MODE_ROWS_PER_STEP` fresh train-split draws (those with all three
+    levels usable). No steps, no set."""
     from adarl.models.tiny import AuxiliaryPairs
     from adarl.tasks.arithmetic import sample_examples
 
     if sft_steps < 1:
         return []
-    examples = sample_examples("train", sft_steps * HINT_ROWS_PER_STEP // 2, seed=seed + 1)
-    hinted, mode = hint_warm_start_pairs(examples, seed=seed)
-    return [AuxiliaryPairs("hints", [*hinted, *mode], HINT_ROWS_PER_STEP)]
+    examples = sample_examples("train", sft_steps * HINT_MODE_ROWS_PER_STEP, seed=seed + 1)
+    rows = [pair for example in examples if (pair := hint_mode_pair(example)) is not None]
+    return [AuxiliaryPairs("hint_mode", rows, HINT_MODE_ROWS_PER_STEP)]
 
 
 def hint_data_fingerprint() -> str:
     """Changes whenever the hint rows would (part of the tiny model's cache key): the source of
-    the modules that make them and the row count per step."""
+    the modules and functions that make them, and the shares."""
     from adarl.hints import arithmetic, format, template
 
-    digest = hashlib.sha256(str(HINT_ROWS_PER_STEP).encode())
+    digest = hashlib.sha256(f"{HINTED_SHARE}/{HINT_MODE_ROWS_PER_STEP}".encode())
     for module in (arithmetic, format, template):
         digest.update(inspect.getsource(module).encode())
-    digest.update(inspect.getsource(hint_warm_start_pairs).encode())
-    digest.update(inspect.getsource(hinted_task_pair).encode())
-    digest.update(inspect.getsource(hint_mode_pair).encode())
+    for function in (
+        hinted_task_pair,
+        hint_mode_pair,
+        task_pairs_with_hints,
+        arithmetic_hint_mode_auxiliary,
+    ):
+        digest.update(inspect.getsource(function).encode())
     return "hints:" + digest.hexdigest()[:16]

@@ -62,11 +62,13 @@ def default_cache_dir() -> Path:
 
 
 def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
+    from adarl.hints.warm_start import task_pairs_with_hints
     from adarl.tasks.arithmetic import sample_examples
 
     # One fresh i.i.d. train-split draw per training example: nothing repeats to be memorised.
+    # A share of them is shown with a hint (adarl/hints/warm_start.py).
     examples = sample_examples("train", tiny.sft_steps * tiny.sft_batch_size, seed=tiny.sft_seed)
-    return [(example.prompt, example.answer) for example in examples]
+    return task_pairs_with_hints(examples, seed=tiny.sft_seed)
 
 
 def _arithmetic_fingerprint() -> str:
@@ -81,10 +83,10 @@ def _arithmetic_fingerprint() -> str:
     return "arithmetic:" + digest.hexdigest()[:16] + "+" + hint_data_fingerprint()
 
 
-def _arithmetic_hints(tiny: TinyModelConfig) -> list[AuxiliaryPairs]:
-    from adarl.hints.warm_start import arithmetic_hint_auxiliary
+def _arithmetic_hint_mode(tiny: TinyModelConfig) -> list[AuxiliaryPairs]:
+    from adarl.hints.warm_start import arithmetic_hint_mode_auxiliary
 
-    return arithmetic_hint_auxiliary(tiny.sft_steps, seed=tiny.sft_seed)
+    return arithmetic_hint_mode_auxiliary(tiny.sft_steps, seed=tiny.sft_seed)
 
 
 def resolve_model_path(
@@ -106,7 +108,7 @@ def resolve_model_path(
         build_tiny_model_dir(
             tiny,
             train_pairs=lambda: _arithmetic_pairs(tiny),
-            auxiliary=lambda: _arithmetic_hints(tiny),
+            auxiliary=lambda: _arithmetic_hint_mode(tiny),
             data_fingerprint=_arithmetic_fingerprint(),
             cache_root=root,
             name=name_or_path,

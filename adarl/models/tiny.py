@@ -7,9 +7,10 @@ then sees every tensor under its own name, and an `lm_head` edit does not move t
 The warm start is plain supervised fine-tuning on (prompt, answer) pairs of a task's train split:
 the sequence is `<bos> prompt answer <eos>` and the loss covers only `answer <eos>`. It is short on
 purpose: the goal is a base policy with a spread of pass rates for RL to improve, not a solved task.
-Auxiliary sets (`AuxiliaryPairs`) are trained alongside with their own loss term; the built-in
-arithmetic model learns the two hint formats this way (adarl/hints/warm_start.py): hinted
-prompts, and the hint mode that writes hints from a reference solution.
+Auxiliary sets (`AuxiliaryPairs`) are trained alongside with their own loss term. The built-in
+arithmetic model learns the two hint formats (adarl/hints/warm_start.py): a share of its task
+pairs is shown with a hint, and the hint mode (writing hints from a reference solution) is an
+auxiliary set.
 
 The cache key is a hash of everything that determines the weights (architecture, warm-start
 settings, tokenizer vocabulary and a fingerprint of the training data's recipe), so changing the
@@ -36,7 +37,7 @@ from adarl.config.model import TinyModelConfig
 from adarl.models.tokenizer import build_char_tokenizer
 
 # Bump when the build procedure changes in a way the config does not capture.
-BUILD_FORMAT_VERSION = 2  # 2: auxiliary sets (the hint formats) trained alongside
+BUILD_FORMAT_VERSION = 2  # 2: auxiliary sets (the hint mode) trained alongside
 BUILD_INFO_FILE = "adarl_build.json"
 
 

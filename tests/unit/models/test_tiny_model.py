@@ -238,6 +238,6 @@ def test_an_empty_auxiliary_set_is_refused() -> None:
 def test_the_builtin_learns_the_hint_formats(tmp_path: Path) -> None:
     path = Path(resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO))
     hints = json.loads((path / "adarl_build.json").read_text())["warm_start"]["auxiliary"]
-    # MICRO has 64 positions: the short hint rows fit, the longest hint-mode rows do not.
-    assert hints["hints"]["examples"] > 0
-    assert hints["hints"]["too_long"] > 0
+    # MICRO has 64 positions: short hint-mode rows fit, the longest do not.
+    assert hints["hint_mode"]["examples"] > 0
+    assert hints["hint_mode"]["too_long"] > 0
