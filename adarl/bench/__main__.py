@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, str] = {
     "soak": "adarl.bench.soak",  # RSS of every process of a long run: memory stays flat
     "dro": "adarl.bench.dro",  # R3 vs the exact verifier, the variance filter, scoring cost
     "scaling": "adarl.bench.scaling",  # ZeRO-3 loading and weight-broadcast host memory
+    "hints": "adarl.bench.hints",  # self-hint parse/leak rates, pass-rate lift per hint level
 }
 
 
