@@ -172,7 +172,7 @@ class TrainingSession:
             config.allocator, hint_schedule=config.hints.schedule, reward=config.dro.reward
         )
         log.info("%s", self.objective.console())
-        if cluster.in_process:
+        if cluster.in_process or cluster.allocator_in_driver:
             self.allocator: BudgetAllocator = BudgetAllocator(**kwargs)
         else:
             handle = spawn_actor(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,6 +149,10 @@ class BudgetAllocator:
         self._statistics_request: StatisticsRequest | None = None
         self._statistics_asked: list[str] = []
         self._statistics_prompts: list[str] | None = None
+        # Time inside the driver-facing calls of this step, and how many there were: with the
+        # allocator an actor, the driver's `timing/allocator_s` minus this is the round trips.
+        self._compute_s = 0.0
+        self._calls = 0
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -157,6 +162,7 @@ class BudgetAllocator:
             raise RuntimeError(
                 f"start_step({step}): step {self._step} is still open; call finish_step() first"
             )
+        started = time.perf_counter()
         check_new_prompt_ids([e.prompt_id for e in examples], {}, what="start_step")
         self._reset_step()
         self._step = step
@@ -170,7 +176,9 @@ class BudgetAllocator:
             self.stats.history(e.prompt_id for e in examples),
             carried_groups=len(self._carried_in),
         )
-        return self._dispatch()
+        requests = self._dispatch()
+        self._count_call(started)
+        return requests
 
     def needs_prompts(self) -> int:
         """How many more prompts the step wants now (dynamic filter); 0 otherwise."""
@@ -239,6 +247,7 @@ class BudgetAllocator:
         `new_examples` is given, add them as the answer to `needs_prompts()` (an empty list: the
         source has none left); if `statistics` is given, it answers the open statistics request.
         Returns the requests all of it unlocked, any statistics request, and the step's state."""
+        started = time.perf_counter()
         requests: list[PromptRequest] = []
         for request_id, scored in results:
             requests += self.observe(request_id, scored)
@@ -250,6 +259,7 @@ class BudgetAllocator:
             requests += self._observe_hint(hint)
         request, unlocked = self._poll_statistics()
         requests += unlocked
+        self._count_call(started)
         return StreamUpdate(
             requests=tuple(requests),
             prompts_wanted=self.needs_prompts(),
@@ -387,6 +397,7 @@ class BudgetAllocator:
         (`RolloutPool.metrics()["perf/rollout_engine_utilisation"]`), logged with the step's
         metrics as `sampling/engine_utilisation`; the allocator cannot see the engines itself.
         """
+        started = time.perf_counter()
         self._require_open("finish_step")
         if not self.step_complete():
             raise RuntimeError(
@@ -473,6 +484,9 @@ class BudgetAllocator:
         metrics["sampling/duplicate_prompts_skipped"] = float(self._duplicates_skipped)
         if engine_utilisation is not None:
             metrics["sampling/engine_utilisation"] = float(engine_utilisation)
+        self._count_call(started)
+        metrics["timing/allocator_compute_s"] = self._compute_s
+        metrics["perf/allocator_calls"] = float(self._calls)
         budget_exhausted = bool(sampler_metrics.get("sampling/budget_exhausted", 0.0))
         dropped = len(task_verdicts) - len({g.prompt_id for g in new_groups})
         result = StepResult(
@@ -556,6 +570,10 @@ class BudgetAllocator:
             self.hints.load_state_dict(state["hints"])
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _count_call(self, started: float) -> None:
+        self._compute_s += time.perf_counter() - started
+        self._calls += 1
 
     def _require_open(self, what: str) -> None:
         if self._step is None:

@@ -9,7 +9,9 @@ step; evaluation, logging and checkpoints happen outside it) into:
   reward (`timing/reward_s`, scoring training rollouts), learning (`timing/train_s`) and weight
   sync (`timing/weight_sync_s`);
 * the orchestration overhead: everything else in the step, i.e. allocator calls
-  (`timing/allocator_s`: sampling decisions and group building), building and submitting requests
+  (`timing/allocator_s`, split into the allocator's own compute, `timing/allocator_compute_s`:
+  sampling decisions and group building, and the rest: the round trips to the allocator actor,
+  `perf/allocator_calls` of them), building and submitting requests
   (`timing/dispatch_s`), building the train batch (`timing/batch_s`), drawing prompts
   (`timing/data_s`) and the rest of the driver's loop.
 
@@ -49,13 +51,14 @@ SECTION_TITLE = "## Overhead"
 LOAD_FILE = "bench_load.json"  # the machine's load average while the run ran
 TARGET_SHARE = 0.03
 WORK = ("rollout_wait", "reward", "train", "weight_sync")
-OVERHEAD_PARTS = ("allocator", "dispatch", "batch", "data")
+OVERHEAD_PARTS = ("allocator_compute", "allocator_transport", "dispatch", "batch", "data")
 LABELS = {
     "rollout_wait": "generation (waiting for engines)",
     "reward": "reward",
     "train": "learner",
     "weight_sync": "weight sync",
-    "allocator": "allocator calls (sampling, group building)",
+    "allocator_compute": "allocator compute (sampling, group building)",
+    "allocator_transport": "allocator round trips (Ray actor calls)",
     "dispatch": "dispatch (build + submit requests)",
     "batch": "train batch",
     "data": "prompt draws",
@@ -70,6 +73,7 @@ class Overhead:
     per_step_share: list[float]  # each measured step's overhead share
     rollouts_per_step: float  # mean sampling/rollouts of the measured steps
     requests_per_step: float  # mean sampling/requests (engine requests the allocator made)
+    allocator_calls_per_step: float  # mean perf/allocator_calls (driver ─► allocator calls)
 
     @property
     def share(self) -> float:
@@ -93,8 +97,10 @@ def measure_overhead(rows: Sequence[Mapping[str, Any]], *, warmup_steps: int) ->
         )
     seconds = {
         name: sum(float(row.get(f"timing/{name}_s", 0.0)) for row in steps)
-        for name in ("step", *WORK, *OVERHEAD_PARTS)
+        for name in ("step", *WORK, "allocator", "allocator_compute", "dispatch", "batch", "data")
     }
+    # The driver times each allocator call from outside; the allocator times its own work.
+    seconds["allocator_transport"] = seconds.pop("allocator") - seconds["allocator_compute"]
     seconds["rest"] = seconds["step"] - sum(seconds[k] for k in (*WORK, *OVERHEAD_PARTS))
     per_step = []
     for row in steps:
@@ -107,6 +113,9 @@ def measure_overhead(rows: Sequence[Mapping[str, Any]], *, warmup_steps: int) ->
         per_step_share=per_step,
         rollouts_per_step=statistics.mean(float(r.get("sampling/rollouts", 0.0)) for r in steps),
         requests_per_step=statistics.mean(float(r.get("sampling/requests", 0.0)) for r in steps),
+        allocator_calls_per_step=statistics.mean(
+            float(r.get("perf/allocator_calls", 0.0)) for r in steps
+        ),
     )
 
 
@@ -141,7 +150,7 @@ def docs_section(overhead: Overhead, *, command: str, run_detail: str) -> str:
         f"{LABELS[largest]}: {100 * overhead.seconds[largest] / overhead.seconds['step']:.2f}% "
         f"of step time, {overhead.seconds[largest] / overhead.steps:.4f} s per step, for steps "
         f"of {overhead.rollouts_per_step:.0f} rollouts in {overhead.requests_per_step:.0f} "
-        "engine requests."
+        f"engine requests and {overhead.allocator_calls_per_step:.0f} allocator calls."
     )
     return f"""{SECTION_TITLE}
 
@@ -154,6 +163,68 @@ over {overhead.steps} steps after the warm-up.
 {overhead_table(overhead)}
 {result}
 """
+
+
+PLACEMENT_OVERRIDE = "cluster.allocator_in_driver=true"
+
+
+def placement_paragraph(placement: str, overhead: Overhead, detail: str) -> str:
+    """The same measurement with the allocator placed otherwise, for comparison."""
+    where = (
+        f"in the driver process (`{PLACEMENT_OVERRIDE}`, no actor round trips"
+        if placement == "driver"
+        else "as its own Ray actor (the default"
+    )
+    parts = ", ".join(
+        f"{LABELS[name]} {100 * overhead.seconds[name] / overhead.seconds['step']:.2f}%"
+        for name in (*OVERHEAD_PARTS, "rest")
+    )
+    return "\n" + paragraph(
+        f"With the allocator {where}; {detail}): **overhead share "
+        f"{100 * overhead.share:.2f}%** ({parts}), steps of "
+        f"{overhead.seconds['step'] / overhead.steps:.4f} s."
+    )
+
+
+def _run_embedded_default(args: argparse.Namespace, *, in_driver: bool) -> tuple[Path, str]:
+    """Run (or reuse) the embedded default for `args.steps` steps; its dir and a description."""
+    suffix = "_allocator_in_driver" if in_driver else ""
+    run_dir = args.results_dir / f"steps{args.steps}{suffix}"
+    overrides = [
+        "+experiment=ada_seq_balance",
+        f"trainer.total_steps={args.steps}",
+        "eval.every_steps=0",
+        *([PLACEMENT_OVERRIDE] if in_driver else []),
+        "checkpoint.resume=auto",
+        "logger.progress_bar=false",
+        f"hydra.run.dir={run_dir.resolve()}",
+    ]
+    load_file = run_dir / LOAD_FILE
+    if prepare_run_dir(run_dir, overrides) is not RunState.DONE:
+        # Other processes on the cores slow the allocator's round trips: record the load.
+        loads: list[float] = []
+        code = run_subprocess(
+            launch_command(overrides),
+            log_path=run_dir / CONSOLE_LOG,
+            env=launch_env(),
+            on_poll=lambda: loads.append(os.getloadavg()[0]),
+        )
+        if code != 0:
+            raise SystemExit(
+                f"the embedded-default run failed (exit code {code}); see {run_dir / CONSOLE_LOG}"
+            )
+        if loads:
+            load_file.write_text(json.dumps({"mean_load_1min": statistics.mean(loads)}))
+    shown = overrides[: 4 if in_driver else 3]
+    detail = (
+        f"the embedded default, {args.steps} steps, steps 1-{args.warmup_steps} not "
+        f"measured: `{shlex.join(['python', '-m', 'adarl.launch', *shown])}`; "
+        f"{os.cpu_count()} CPU cores"
+    )
+    if load_file.exists():
+        load = json.loads(load_file.read_text())["mean_load_1min"]
+        detail += f", mean 1-minute load average {load:.1f} during the run"
+    return run_dir, detail
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,6 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help=f"replace the Overhead section (e.g. {DOCS_PATH})",
     )
+    parser.add_argument(
+        "--placements",
+        nargs="+",
+        choices=("actor", "driver"),
+        default=["actor", "driver"],
+        help="where the allocator runs, measured in this order (the first is the headline): "
+        "its own Ray actor (the default), or the driver process (cluster.allocator_in_driver)",
+    )
     args = parser.parse_args(argv)
     if args.steps <= args.warmup_steps:
         parser.error(f"--steps={args.steps} must exceed --warmup-steps={args.warmup_steps}")
@@ -196,40 +275,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         detail = f"an existing run, {run_dir}"
     else:
-        run_dir = args.results_dir / f"steps{args.steps}"
-        overrides = [
-            "+experiment=ada_seq_balance",
-            f"trainer.total_steps={args.steps}",
-            "eval.every_steps=0",
-            "checkpoint.resume=auto",
-            "logger.progress_bar=false",
-            f"hydra.run.dir={run_dir.resolve()}",
-        ]
-        load_file = run_dir / LOAD_FILE
-        if prepare_run_dir(run_dir, overrides) is not RunState.DONE:
-            # Other processes on the cores slow the allocator's round trips: record the load.
-            loads: list[float] = []
-            code = run_subprocess(
-                launch_command(overrides),
-                log_path=run_dir / CONSOLE_LOG,
-                env=launch_env(),
-                on_poll=lambda: loads.append(os.getloadavg()[0]),
+        measured: dict[str, tuple[Overhead, str]] = {}
+        for placement in args.placements:
+            run_dir, detail = _run_embedded_default(args, in_driver=placement == "driver")
+            overhead = measure_overhead(
+                read_metrics_jsonl(run_dir / "metrics.jsonl"), warmup_steps=args.warmup_steps
             )
-            if code != 0:
-                raise SystemExit(
-                    f"the embedded-default run failed (exit code {code}); see "
-                    f"{run_dir / CONSOLE_LOG}"
-                )
-            if loads:
-                load_file.write_text(json.dumps({"mean_load_1min": statistics.mean(loads)}))
-        detail = (
-            f"the embedded default, {args.steps} steps, steps 1-{args.warmup_steps} not "
-            f"measured: `{shlex.join(['python', '-m', 'adarl.launch', *overrides[:3]])}`; "
-            f"{os.cpu_count()} CPU cores"
-        )
-        if load_file.exists():
-            load = json.loads(load_file.read_text())["mean_load_1min"]
-            detail += f", mean 1-minute load average {load:.1f} during the run"
+            measured[placement] = (overhead, detail)
+            print(f"allocator placement: {placement}")
+            print(overhead_table(overhead))
+            print(
+                f"overhead share: {100 * overhead.share:.2f}% (target <= {100 * TARGET_SHARE:.0f}%)"
+            )
+        if args.write_docs is not None:
+            first = args.placements[0]
+            section = docs_section(
+                measured[first][0], command=command, run_detail=measured[first][1]
+            )
+            for placement in args.placements[1:]:
+                section += placement_paragraph(placement, *measured[placement])
+            write_docs_section(args.write_docs, SECTION_TITLE, section)
+            print(f"wrote the Overhead section of {args.write_docs}")
+        return 0
     overhead = measure_overhead(
         read_metrics_jsonl(run_dir / "metrics.jsonl"), warmup_steps=args.warmup_steps
     )

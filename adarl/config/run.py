@@ -30,6 +30,11 @@
     rollout_engines: rollout engine actors; cpus_per_engine / gpus_per_engine their resources.
     learners: data-parallel learner actors; cpus_per_learner / gpus_per_learner their resources.
     cpus_for_allocator: CPUs reserved for the budget-allocator actor (it is light: 0 is fine).
+    allocator_in_driver: run the budget allocator in the driver process instead of as its own
+        Ray actor. Every allocator call is then a plain call: no actor round trip (24 calls per
+        step of the embedded default at 5.6 ms each, 8.6% of its step time on a loaded 2-core
+        machine: docs/benchmarks.md "Overhead"). The actor (default) keeps the allocator's CPU
+        and memory apart from the driver's.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ class ClusterConfig:
     cpus_per_learner: float = 1.0
     gpus_per_learner: float = 0.0
     cpus_for_allocator: float = 0.0
+    allocator_in_driver: bool = False
 
     def validate(self) -> None:
         for key in ("rollout_engines", "learners"):
@@ -109,6 +115,12 @@ class ClusterConfig:
         ):
             if getattr(self, key) < 0:
                 raise ValueError(f"cluster.{key}={getattr(self, key)} must be >= 0")
+        if self.allocator_in_driver and self.cpus_for_allocator > 0:
+            raise ValueError(
+                f"cluster.cpus_for_allocator={self.cpus_for_allocator} reserves CPUs for the "
+                "allocator actor, which cluster.allocator_in_driver=true does not start; set one "
+                "of them back"
+            )
         if self.in_process and (self.rollout_engines > 1 or self.learners > 1):
             raise ValueError(
                 "cluster.in_process=true runs one engine and one learner in this process; set "

@@ -14,7 +14,8 @@ from adarl.logging import read_metrics_jsonl
 from ._runs import write_run
 
 # Per step: 1 s, of which 0.9 s is work (0.6 wait + 0.1 reward + 0.15 train + 0.05 sync) and
-# 0.1 s is not: 0.04 allocator + 0.02 dispatch + 0.01 batch + 0.01 data + 0.02 left in the loop.
+# 0.1 s is not: 0.04 allocator calls (0.03 inside the allocator, 0.01 round trips) + 0.02
+# dispatch + 0.01 batch + 0.01 data + 0.02 left in the loop.
 TIMING = {
     "step": 1.0,
     "rollout_wait": 0.6,
@@ -22,6 +23,7 @@ TIMING = {
     "train": 0.15,
     "weight_sync": 0.05,
     "allocator": 0.04,
+    "allocator_compute": 0.03,
     "dispatch": 0.02,
     "batch": 0.01,
     "data": 0.01,
@@ -43,6 +45,8 @@ def test_overhead_excludes_warmup_steps_and_splits_what_is_left(tmp_path: Path) 
     assert result.steps == 4
     assert result.share == pytest.approx(0.1)
     assert result.seconds["rest"] == pytest.approx(4 * 0.02)
+    assert result.seconds["allocator_compute"] == pytest.approx(4 * 0.03)
+    assert result.seconds["allocator_transport"] == pytest.approx(4 * 0.01)
     assert result.per_step_share == pytest.approx([0.1] * 4)
     with_warmup = measure_overhead(rows, warmup_steps=0)
     # (10 + 4) s of steps, 5 × 0.9 s of work -> (14 − 4.5) / 14.
@@ -70,8 +74,15 @@ def test_overhead_reads_an_existing_run_and_writes_its_docs_section(tmp_path: Pa
         rollouts_per_step=100,
         accuracy_at_step={0: 0.1, 6: 0.2},
         steps=6,
-        # 0.95 s of work per 1 s step; outside it 0.02 allocator + 3 × 0.01, nothing else.
-        step_timing={**TIMING, "rollout_wait": 0.65, "allocator": 0.02, "dispatch": 0.01},
+        # 0.95 s of work per 1 s step; outside it 0.015 allocator compute, 0.005 allocator
+        # round trips, and 3 × 0.01, nothing else.
+        step_timing={
+            **TIMING,
+            "rollout_wait": 0.65,
+            "allocator": 0.02,
+            "allocator_compute": 0.015,
+            "dispatch": 0.01,
+        },
     )
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## Learning\n\nkeep\n")
@@ -85,6 +96,7 @@ def test_overhead_reads_an_existing_run_and_writes_its_docs_section(tmp_path: Pa
     assert "| rest of the driver loop | 0.0000 | 0.00% |" in text
     said = " ".join(text.split())
     assert (
-        "The largest part outside the work is allocator calls (sampling, group building): 2.00% "
-        "of step time, 0.0200 s per step, for steps of 100 rollouts in 25 engine requests."
+        "The largest part outside the work is allocator compute (sampling, group building): "
+        "1.50% of step time, 0.0150 s per step, for steps of 100 rollouts in 25 engine requests "
+        "and 0 allocator calls."
     ) in said

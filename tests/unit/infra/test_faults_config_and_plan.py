@@ -121,3 +121,11 @@ def test_a_bounded_wait_names_what_it_waited_for_and_the_key() -> None:
     done: Future[int] = Future()
     done.set_result(3)
     assert results_within([done], 0.01, waiting_for="the thing", key="x.y_s") == [3]
+
+
+def test_an_allocator_in_the_driver_reserves_no_actor_cpus() -> None:
+    from adarl.config.run import ClusterConfig
+
+    ClusterConfig(allocator_in_driver=True).validate()
+    with pytest.raises(ValueError, match=r"cluster\.cpus_for_allocator=1 reserves CPUs"):
+        ClusterConfig(allocator_in_driver=True, cpus_for_allocator=1).validate()
