@@ -301,10 +301,12 @@ def simulated_comparison(
     )
 
 
-def real_comparison(
-    *, prompts: int, steps: int, seed: int, engine: str, overshoot: float
-) -> Comparison:
-    """The same samplers on a real engine and the built-in tiny model, wall-clock."""
+def real_comparisons(
+    *, prompts: int, steps: int, seed: int, engine: str, overshoots: Sequence[float]
+) -> list[tuple[float, Comparison]]:
+    """The same samplers on a real engine and the built-in tiny model, wall-clock, for each
+    overshoot fraction ε in turn, on one engine (a vLLM engine left to the garbage collector
+    can tear down the distributed state of the next one in the same process)."""
     import time
 
     from adarl.models.loading import resolve_model_path
@@ -329,7 +331,7 @@ def real_comparison(
     )
     batches = generate_examples("train", prompts * steps, seed=seed)
     batches = [batches[i * prompts : (i + 1) * prompts] for i in range(steps)]
-    outcomes: dict[str, list[PhaseOutcome]] = {}
+    results: list[tuple[float, Comparison]] = []
     with RolloutPool.in_process([real], max_samples_per_call=256) as pool:
         warm = [codec.generation_request(_warm_request(e, i)) for i, e in enumerate(batches[0])]
         pool.generate(warm)  # first calls allocate caches: not timed
@@ -349,14 +351,17 @@ def real_comparison(
                 for step, batch in enumerate(batches)
             ]
 
-        configs = sampler_configs(prompts=prompts, uniform_n=4, overshoot=overshoot)
-        outcomes["streaming"] = run(configs["streaming"])
-        mean_rollouts = statistics.mean(o.rollouts for o in outcomes["streaming"])
-        uniform_n = max(1, round(mean_rollouts / prompts))
-        configs = sampler_configs(prompts=prompts, uniform_n=uniform_n, overshoot=overshoot)
-        for name in ("rounds", "uniform_same_rollouts", "uniform_n4"):
-            outcomes[name] = run(configs[name])
-    return Comparison(outcomes, uniform_n, overshoot, 1, 256)
+        for overshoot in overshoots:
+            outcomes: dict[str, list[PhaseOutcome]] = {}
+            configs = sampler_configs(prompts=prompts, uniform_n=4, overshoot=overshoot)
+            outcomes["streaming"] = run(configs["streaming"])
+            mean_rollouts = statistics.mean(o.rollouts for o in outcomes["streaming"])
+            uniform_n = max(1, round(mean_rollouts / prompts))
+            configs = sampler_configs(prompts=prompts, uniform_n=uniform_n, overshoot=overshoot)
+            for name in ("rounds", "uniform_same_rollouts", "uniform_n4"):
+                outcomes[name] = run(configs[name])
+            results.append((overshoot, Comparison(outcomes, uniform_n, overshoot, 1, 256)))
+    return results
 
 
 def _warm_request(example: TaskExample, index: int):
@@ -677,19 +682,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(sweep_table(sweep))
     real_front: list[tuple[float, Comparison]] = []
     if args.real_engine != "none":
-        for eps in args.front or [args.overshoot]:
-            real_front.append(
-                (
-                    eps,
-                    real_comparison(
-                        prompts=args.real_prompts,
-                        steps=args.real_steps,
-                        seed=args.seed,
-                        engine=args.real_engine,
-                        overshoot=eps,
-                    ),
-                )
-            )
+        real_front = real_comparisons(
+            prompts=args.real_prompts,
+            steps=args.real_steps,
+            seed=args.seed,
+            engine=args.real_engine,
+            overshoots=args.front or [args.overshoot],
+        )
         print(pareto_table(real_front))
     if args.write_docs is not None:
         command = (
