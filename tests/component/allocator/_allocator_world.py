@@ -96,6 +96,19 @@ class _Refill:
         return {}
 
 
+# The allocator's accounting of its own work in this process: wall-clock compute and the number
+# of calls it served. A resumed run serves a different number of calls (the state round trip) in
+# a different time; neither is a decision of the algorithm.
+SELF_ACCOUNTING_KEYS = frozenset({"timing/allocator_compute_s", "perf/allocator_calls"})
+
+
+def deterministic_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """A step's metrics less the allocator's self-accounting: what is left is a pure function of
+    the allocator's state and the rollouts it saw."""
+    assert metrics.keys() >= SELF_ACCOUNTING_KEYS  # present; only their values are dropped
+    return {key: value for key, value in metrics.items() if key not in SELF_ACCOUNTING_KEYS}
+
+
 def unit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
     """A statistics provider for tests without a learner: G = 1 for every sample (GVM then
     allocates by pass rate alone)."""

@@ -38,14 +38,18 @@ def _live_processes() -> dict[int, tuple[str, int, str]]:
 @pytest.fixture
 def leftover_processes() -> Callable[[str], list[str]]:
     """Live (non-zombie) processes whose command line contains `needle`, plus any live child of
-    this test process."""
+    this test process that was not already running when the test began (an earlier test in the
+    same session may have left a process-lifetime helper, such as multiprocessing's resource
+    tracker, which is no sandbox run's doing)."""
+    me = os.getpid()
+    children_before = {pid for pid, (_, parent, _) in _live_processes().items() if parent == me}
 
     def find(needle: str) -> list[str]:
-        me = os.getpid()
         return [
             f"{pid}: {cmdline}"
             for pid, (state, parent, cmdline) in _live_processes().items()
-            if state not in ("Z", "X") and (needle in cmdline or parent == me)
+            if state not in ("Z", "X")
+            and (needle in cmdline or (parent == me and pid not in children_before))
         ]
 
     return find

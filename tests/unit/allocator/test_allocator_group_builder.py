@@ -9,11 +9,11 @@ from adarl.algo.advantages import grpo_advantages, reinforce_baseline_advantages
 from adarl.algo.allocation import ema_pass_rate_update
 from adarl.algo.selection import corrected_advantages
 from adarl.allocator.group_builder import GroupBuilder
-from adarl.learner.batching import BatchCounts
 from adarl.allocator.metrics import pass_rate_bin, step_metrics
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.allocator.stats import PromptStatsStore
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
+from adarl.learner.batching import BatchCounts
 from adarl.types import Completion, FinishReason, Group, Rollout, ScoredRollout, TrainBatch
 
 
