@@ -213,6 +213,7 @@ def measure(
     allocator = build_allocator(config)
     gradients: dict[float, list[np.ndarray]] = {p: [] for p in pass_rates}
     targets: dict[float, list[float]] = {p: [] for p in pass_rates}
+    unconditional: dict[float, float] = {}  # w(p) of the configuration, by p
     drawn: dict[float, list[int]] = {p: [] for p in pass_rates}
     with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
         for step in range(steps):
@@ -254,7 +255,7 @@ def measure(
                         g += advantage * (np.eye(RESPONSES)[action] - pi)
                     drawn[p].append(group.pool_size)
                 gradients[p].append(g / group_size)
-                targets[p].append(_trial_weight(config, p, group, allocator.sampler))
+                targets[p].append(_trial_weight(config, p, group, allocator.sampler, unconditional))
     checks = []
     for p in pass_rates:
         g = np.array(gradients[p])  # [T, 4]
@@ -283,14 +284,20 @@ def measure(
 
 
 def _trial_weight(
-    config: AllocatorConfig, p: float, group: Group | None, sampler: Sampler
+    config: AllocatorConfig,
+    p: float,
+    group: Group | None,
+    sampler: Sampler,
+    unconditional: dict[float, float],
 ) -> float:
     """The implied weight of one prompt-step: the configuration's unconditional w(p), or, for the
     allocation samplers, w conditional on what the sampler decided for this prompt (its trained
     sample count n_i and estimate p̂_i, both fixed before the trained samples' labels):
     Ada-Est and GVM-GRPO (n_i/n̄)·w(p; n_i), GVM-RAFT 1/p̂_i; 0 for a prompt given no samples."""
     if config.sampler not in ("ada_est", "gvm"):
-        return _implied(config, p)
+        if p not in unconditional:  # exact and the same for every trial at p: computed once
+            unconditional[p] = _implied(config, p)
+        return unconditional[p]
     if group is None:
         return 0.0
     n = len(group.rollouts)

@@ -233,7 +233,7 @@ def test_experiment_submitted_as_a_job_runs_to_completion(
         "+experiment=grpo",
         "trainer.total_steps=2",
         "model.tiny.sft_steps=120",
-        f"model.cache_dir={tmp_path / 'cache'}",
+        f"model.cache_dir={os.environ.get('ADARL_CACHE_DIR') or tmp_path / 'cache'}",
         "allocator.prompts_per_step=8",
         "eval.num_prompts=16",
         "eval.samples_per_prompt=4",

@@ -5,7 +5,12 @@ adarl/conf/model/tiny_arithmetic.yaml), which learns the hint formats alongside 
 (adarl/hints/warm_start.py). Measured on the 128 held-out prompts below (2026-11-22, CPU): greedy
 hint mode parses 100% of the time (128 of 128) and 0.5% of the levels it writes state the answer;
 at T = 1 with two retries 82% of the 158 generations parse and all 128 prompts get a level-3
-hint."""
+hint.
+
+Heavy (`pytest -m heavy tests/component/hints`): the 300-step warm start these tests need is
+trained for them alone (about 80 s), and `python -m adarl.bench hints` measures the same
+properties on more prompts.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from adarl.rollout.hf_engine import HFEngine
 from adarl.tasks.arithmetic import arithmetic_test_split
 from adarl.types import PromptRequest, SamplingParams
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 EMBEDDED_DEFAULT = TinyModelConfig(sft_steps=300)
 

@@ -4,6 +4,7 @@ template, and a 20-50M-parameter Qwen2 built once and cached."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,8 @@ def test_chat_template_is_chatml() -> None:
 
 @pytest.fixture(scope="module")
 def mid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(resolve_model_path(MID_MATH, cache_dir=tmp_path_factory.mktemp("cache")))
+    cache = os.environ.get("ADARL_CACHE_DIR") or tmp_path_factory.mktemp("cache")
+    return Path(resolve_model_path(MID_MATH, cache_dir=cache))
 
 
 def test_mid_model_is_a_cached_qwen2_of_20_to_50m_parameters(mid_dir: Path) -> None:

@@ -1,0 +1,24 @@
+"""Session-wide test settings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One cache of built models (the tiny warm starts, the mid-size model and its tokenizer) for
+    the whole session, so each is trained once rather than once per test module; every test and
+    every run it launches reads `$ADARL_CACHE_DIR`. Set it yourself to keep builds between
+    sessions."""
+    if os.environ.get("ADARL_CACHE_DIR"):
+        yield
+        return
+    os.environ["ADARL_CACHE_DIR"] = str(tmp_path_factory.mktemp("adarl-model-cache"))
+    try:
+        yield
+    finally:
+        del os.environ["ADARL_CACHE_DIR"]
