@@ -32,6 +32,7 @@ FILTER_METRICS = (
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # ~40 s; keeps make test within its 15 minutes (docs/operations.md, Tests)
 @pytest.mark.timeout(900)
 def test_dro_runs_three_steps_with_its_filter_metrics(tmp_path: Path) -> None:
     cache = os.environ.get("ADARL_CACHE_DIR") or str(tmp_path / "cache")
