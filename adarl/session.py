@@ -217,9 +217,9 @@ class TrainingSession:
         # A restarted rollout engine gets the learners' current weights before it serves.
         weight_sync, learners = self.weight_sync, self.learners
         self.rollout.set_weight_restorer(lambda endpoint: weight_sync.resync(endpoint, learners))
-        # The hint generator is light (prompts, parsing, leak checks): it runs here, and its
-        # generations run on engine actors (`self`: the policy's rollout engines, so hints come
-        # from the current weights; `model`: the hint model's own engine).
+        # The hint generator is light (prompts, parsing, leak checks): it runs here. `self` hints
+        # are generated on the policy's rollout engine actors (current weights); `model` hints on
+        # the hint model's own engine, which build_hint_generator builds in this process.
         self.hint_generator = (
             None
             if config.hints.schedule == "off"
