@@ -98,6 +98,21 @@ def test_invalid_combination_names_key_and_fix(overrides: list[str], message: st
         _compose("+experiment=ada_seq_balance", *overrides)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # Ada-Est sampling under GRPO's advantage is not Reinforce-Ada-Est: refused, not composed.
+        (["allocator=ada_est"], r"allocator.sampler=ada_est with allocator.group.advantage='grpo'"),
+        (["allocator=gvm", "allocator.group.advantage=rloo"], r"allocator.sampler=gvm with"),
+    ],
+)
+def test_an_allocation_sampler_with_a_contradicting_advantage_is_refused(
+    overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        _compose("+experiment=grpo", *overrides)
+
+
 def test_resolved_config_round_trips_through_yaml(tmp_path: Path) -> None:
     from adarl.launch import save_resolved_config
 
