@@ -609,6 +609,19 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 and not math.isnan(a) else math.nan
 
 
+# The step's work that is not orchestration: generation (waiting for engines), reward, and the
+# engine or learner passes an algorithm asks for (statistics, pool rescoring, hint writing), the
+# learner's update and the weight sync. Orchestration overhead is the rest of the step.
+WORKLOADS = (
+    "rollout_wait",
+    "reward",
+    "train",
+    "weight_sync",
+    "statistics",
+    "pool_reward",
+    "hint",
+)
+
 # Step-time breakdown: (label, how it is computed from the summed timing/<name>_s).
 TIME_PARTS: tuple[tuple[str, Callable[[Mapping[str, float]], float]], ...] = (
     ("generation (waiting for engines)", lambda t: t.get("rollout_wait", 0.0)),
@@ -618,33 +631,26 @@ TIME_PARTS: tuple[tuple[str, Callable[[Mapping[str, float]], float]], ...] = (
     ("train batch", lambda t: t.get("batch", 0.0)),
     ("learner", lambda t: t.get("train", 0.0)),
     ("weight sync", lambda t: t.get("weight_sync", 0.0)),
+    ("statistics pass (GVM)", lambda t: t.get("statistics", 0.0)),
+    ("pool reward (DRO's scoring)", lambda t: t.get("pool_reward", 0.0)),
+    ("hint generation", lambda t: t.get("hint", 0.0)),
     (
         "other (data, loop)",
         lambda t: (
             t.get("step", 0.0)
-            - sum(
-                t.get(k, 0.0)
-                for k in (
-                    "rollout_wait",
-                    "reward",
-                    "allocator",
-                    "dispatch",
-                    "batch",
-                    "train",
-                    "weight_sync",
-                )
-            )
+            - sum(t.get(k, 0.0) for k in ("allocator", "dispatch", "batch", *WORKLOADS))
         ),
     ),
 )
 
 
 def overhead_share(timing_s: Mapping[str, float]) -> float:
-    """Share of step time outside generation, reward, learning and weight sync.
+    """Share of step time outside generation, reward, learning, weight sync and the engine or
+    learner passes an algorithm asks for (`WORKLOADS`).
 
-    (Σ step_s − Σ (rollout_wait_s + reward_s + train_s + weight_sync_s)) / Σ step_s over the
-    steps summed into `timing_s`: the driver's time in the allocator, in dispatching requests,
-    building the train batch, drawing prompts and its own loop.
+    (Σ step_s − Σ workload_s) / Σ step_s over the steps summed into `timing_s`: the driver's
+    time in the allocator, in dispatching requests, building the train batch, drawing prompts
+    and its own loop.
     """
     step = timing_s.get("step")
     if not step:
@@ -652,7 +658,7 @@ def overhead_share(timing_s: Mapping[str, float]) -> float:
             "no timing/step_s in the metrics: this run predates the step timings; rerun it "
             "with the current adarl"
         )
-    inside = sum(timing_s.get(k, 0.0) for k in ("rollout_wait", "reward", "train", "weight_sync"))
+    inside = sum(timing_s.get(k, 0.0) for k in WORKLOADS)
     return (step - inside) / step
 
 
@@ -849,20 +855,20 @@ def plot_figures(records: Sequence[RunRecord], figures_dir: Path) -> dict[str, P
     fig.savefig(paths["difficulty"], dpi=90)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(12, 4.5))
     bottoms = np.zeros(len(order))
-    part_colors = plt.get_cmap("Set2")
+    part_colors = plt.get_cmap("tab20")  # one colour per part (there are more than 8)
     for j, (label, part) in enumerate(TIME_PARTS):
         heights = []
         for arm in order:
             runs = by_arm[arm]
             timing = {k: sum(r.timing_s.get(k, 0.0) for r in runs) for k in runs[0].timing_s}
             heights.append(part(timing) / max(1, sum(r.steps for r in runs)))
-        ax.bar(order, heights, bottom=bottoms, label=label, color=part_colors(j % 8))
+        ax.bar(order, heights, bottom=bottoms, label=label, color=part_colors(j % 20))
         bottoms += np.asarray(heights)
     ax.set_ylabel("seconds per training step")
     ax.set_title("Where a step's time goes (driver's view; eval and checkpoints excluded)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
     ax.tick_params(axis="x", labelrotation=20)
     fig.tight_layout()
     fig.savefig(paths["time"], dpi=90)
@@ -961,7 +967,8 @@ Final held-out accuracy (T = 1) by difficulty level; "base" is the step-0 evalua
 
 Share of the driver's step time (`timing/step_s`: data, rollout phase, batch, learner, weight
 sync; evaluation and checkpoints are outside it). Overhead share = time outside generation
-(waiting for engines), reward, learner and weight sync; see the Overhead section.
+(waiting for engines), reward, learner, weight sync and the passes an algorithm asks of the
+engines or learners (GVM's statistics, DRO's rescoring, hint writing); see the Overhead section.
 
 {time_table(records)}
 ![step-time breakdown]({link("time")})

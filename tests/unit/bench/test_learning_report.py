@@ -251,10 +251,15 @@ def test_a_losing_arm_is_explained_with_its_signal_numbers() -> None:
     assert "Mixed groups per 1,000 rollouts 25.0 vs 50.0 (0.50×)" in " ".join(text.split())
 
 
-def test_overhead_share_is_step_time_outside_the_four_workloads() -> None:
+def test_overhead_share_is_step_time_outside_the_workloads() -> None:
     # 10 s of steps: 6 waiting for engines, 1 reward, 2 learner, 0.5 sync -> 0.5 s outside = 5%.
     timing = {"step": 10.0, "rollout_wait": 6.0, "reward": 1.0, "train": 2.0, "weight_sync": 0.5}
     assert overhead_share({**timing, "allocator": 0.3, "dispatch": 0.1}) == pytest.approx(0.05)
+    # An algorithm's own engine or learner passes (GVM's statistics, DRO's rescoring, hint
+    # writing) are work, not orchestration: 2 more seconds of them leave 0.5 s of 12 outside.
+    passes = {"statistics": 0.5, "pool_reward": 1.0, "hint": 0.5}
+    longer = {**timing, "step": 12.0, **passes}
+    assert overhead_share(longer) == pytest.approx(0.5 / 12)
     with pytest.raises(ValueError, match="timing/step_s"):
         overhead_share({"rollout_wait": 1.0})
 
