@@ -211,6 +211,9 @@ def test_job_submitted_with_submit_sh_succeeds(ray_head: RayHead) -> None:
 
 
 @pytest.mark.slow
+# Heavy (~45 s): make test keeps the submission path (the test above: the same submit.sh, working
+# dir and entrypoint) and the training path (tests/e2e/test_training_run.py); this joins them.
+@pytest.mark.heavy
 @pytest.mark.timeout(JOB_TIMEOUT_S + HEAD_START_TIMEOUT_S + 2 * SHUTDOWN_TIMEOUT_S)
 def test_experiment_submitted_as_a_job_runs_to_completion(
     ray_head: RayHead, tmp_path: Path
