@@ -240,16 +240,22 @@ def format_section(
     return "\n".join(lines) + "\n"
 
 
-def replace_section(document: str, section: str) -> str:
-    """`document` with its "## Learner" section replaced by `section` (appended if absent)."""
+def replace_titled_section(document: str, title: str, section: str) -> str:
+    """`document` with the section headed `title` (e.g. "## Learner", up to the next "## "
+    heading) replaced by `section`, appended if absent; every other section is left as it was."""
     lines = document.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION_TITLE), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == title), None)
     if start is None:
         body = document.rstrip("\n")
         return (body + "\n\n" if body else "") + section
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     tail = lines[end:]
     return "".join(lines[:start]) + section + ("\n" if tail else "") + "".join(tail)
+
+
+def replace_section(document: str, section: str) -> str:
+    """`document` with its "## Learner" section replaced by `section` (appended if absent)."""
+    return replace_titled_section(document, SECTION_TITLE, section)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

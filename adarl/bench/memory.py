@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from adarl.bench.learner import replace_titled_section
+
 SECTION_TITLE = "## Learner memory"
 VARIANTS = ("full-logits", "chunked", "chunked+ac")
 
@@ -221,14 +223,7 @@ def format_section(results: Sequence[VariantResult], *, setup: dict[str, str], c
 def replace_section(document: str, section: str) -> str:
     """`document` with its "## Learner memory" section replaced by `section` (appended if
     absent); every other section is left as it was."""
-    lines = document.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION_TITLE), None)
-    if start is None:
-        body = document.rstrip("\n")
-        return (body + "\n\n" if body else "") + section
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = lines[end:]
-    return "".join(lines[:start]) + section + ("\n" if tail else "") + "".join(tail)
+    return replace_titled_section(document, SECTION_TITLE, section)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
