@@ -38,6 +38,7 @@ from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import step_metrics
 from adarl.allocator.pool_reward import FinishedPool, PoolStatisticsObserver, RescoredPool
 from adarl.allocator.samplers.base import (
+    PromptHistory,
     PromptStatus,
     Sampler,
     check_new_prompt_ids,
@@ -118,7 +119,10 @@ class BudgetAllocator:
         max_carry_age_steps: int = 1,
         positive_threshold: float = 0.5,
         hints: HintStage | None = None,
+        prior_pool: str = "difficulty",
     ) -> None:
+        if prior_pool not in ("difficulty", "task"):
+            raise ValueError(f"prior_pool must be 'difficulty' or 'task', got {prior_pool!r}")
         if max_carry_age_steps < 0:
             raise ValueError(f"max_carry_age_steps must be >= 0, got {max_carry_age_steps}")
         self.sampler = sampler
@@ -128,6 +132,7 @@ class BudgetAllocator:
         self.max_carry_age_steps = max_carry_age_steps
         self.positive_threshold = positive_threshold
         self.hints = hints
+        self.prior_pool = prior_pool
         if hints is not None:
             hints.samples_per_condition = sampler.prompt_allowance()
         self._carry: list[CarriedGroup] = []
@@ -173,7 +178,7 @@ class BudgetAllocator:
         self.sampler.start_step(
             step,
             [e.prompt_id for e in examples],
-            self.stats.history(e.prompt_id for e in examples),
+            self._history([e.prompt_id for e in examples]),
             carried_groups=len(self._carried_in),
         )
         requests = self._dispatch()
@@ -195,9 +200,24 @@ class BudgetAllocator:
         if self.hints is not None:
             self.hints.add_prompts([e.prompt_id for e in fresh])
         self.sampler.add_prompts(
-            [e.prompt_id for e in fresh], self.stats.history(e.prompt_id for e in fresh)
+            [e.prompt_id for e in fresh], self._history([e.prompt_id for e in fresh])
         )
         return self._dispatch()
+
+    def _pool_key(self, prompt_id: str) -> str | None:
+        """The prompts an unseen prompt's prior is pooled from: its difficulty's, or the
+        task's (None) when rows have no `difficulty` or `prior_pool` is "task"."""
+        difficulty = self._examples[prompt_id].difficulty
+        if self.prior_pool == "task" or difficulty is None:
+            return None
+        return f"difficulty={difficulty:g}"
+
+    def _history(self, prompt_ids: Sequence[str]) -> dict[str, PromptHistory]:
+        """Every earlier outcome of each prompt as the samplers read it: its record discounted to
+        this step and the prior pooled from its pool (adarl/allocator/stats.py)."""
+        return self.stats.history(
+            prompt_ids, step=self._step, pools={pid: self._pool_key(pid) for pid in prompt_ids}
+        )
 
     def observe(self, request_id: str, scored: Sequence[ScoredRollout]) -> list[PromptRequest]:
         """Every scored rollout of one request; returns the requests this result unlocks."""
@@ -429,13 +449,32 @@ class BudgetAllocator:
                 law=self.sampler.sequential_law(),
                 estimate=self.sampler.pass_rate_estimate(pid),
             )
-            if group is not None:
-                new_groups.append(group)
+            if group is None:
+                continue
+            weight = self.sampler.advantage_weight(pid)
+            if weight != 1.0:  # drawn with probability 1/weight: Horvitz-Thompson (curation)
+                group = dataclasses.replace(
+                    group, advantages=tuple(a * weight for a in group.advantages)
+                )
+            new_groups.append(group)
         for pid, pool in self._pools.items():
             if self._task_prompt_id(pid) != pid:
                 continue  # a hinted condition: the statistics estimate the unhinted prompt
-            positives = sum(is_positive(s.reward, self.positive_threshold) for s in pool)
-            self.stats.record_step(pid, step=step, samples=len(pool), positives=positives)
+            if verdicts.get(pid) is PromptStatus.SKIPPED:
+                self.stats.record_skip(pid)
+                continue
+            labels = "".join(
+                "1" if is_positive(s.reward, self.positive_threshold) else "0" for s in pool
+            )
+            self.stats.record_step(
+                pid,
+                step=step,
+                samples=len(pool),
+                positives=labels.count("1"),
+                pool=self._pool_key(pid),
+                visit_weight=1.0 / self.sampler.inclusion_probability(pid),
+                labels=labels,
+            )
 
         trained = [c.group for c in self._carried_in]
         surplus: list[Group] = []
@@ -465,6 +504,11 @@ class BudgetAllocator:
             if self.hints is None
             else {x: verdicts[sid] for x, sid in self.hints.current.items() if sid in verdicts}
         )
+        # Prompts skipped before rollout were candidates, not prompts of the step (counted by the
+        # sampler's sampling/skipped_prompts).
+        task_verdicts = {
+            pid: v for pid, v in task_verdicts.items() if v is not PromptStatus.SKIPPED
+        }
         metrics = step_metrics(
             pools=task_pools,
             verdicts=task_verdicts,

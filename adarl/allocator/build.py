@@ -5,24 +5,85 @@ from __future__ import annotations
 from typing import Any
 
 from adarl.allocator.allocator import BudgetAllocator
+from adarl.allocator.curation import HistorySkip
 from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.samplers.base import Sampler
 from adarl.allocator.samplers.dynamic_filter import DynamicFilterSampler
 from adarl.allocator.samplers.estimation import AdaEstSampler, GvmSampler
+from adarl.allocator.samplers.knapsack import KnapsackSampler
 from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
 from adarl.allocator.stats import PromptStatsStore
 from adarl.config.allocator import AllocatorConfig
 from adarl.config.seeds import seed_or_default
 
+# The objective a value rule serves, by advantage: what the estimator's weight tends to.
+_VALUE_OBJECTIVE = {"grpo": "arcsin", "rloo": "linear", "dr_grpo": "linear", "raft": "linear"}
+
+
+def value_objective(config: AllocatorConfig) -> tuple[str, float]:
+    """The objective f (and its exponent) whose gradient the knapsack's declared value counts:
+    the declared f for pooled advantages, what a uniform-group estimator optimises otherwise
+    (GRPO: 2·arcsin √p as n grows; RLOO, Dr. GRPO, RAFT: p)."""
+    group = config.group
+    if group.advantage == "pool":
+        return group.objective, group.objective_alpha
+    return _VALUE_OBJECTIVE.get(group.advantage, "log"), group.objective_alpha
+
 
 def build_sampler(config: AllocatorConfig) -> Sampler:
+    """The configured sampler, wrapped by a curation skip when `curation.skip` is set."""
     config.validate()
+    sampler = _build_sampler(config)
+    cur = config.curation
+    if cur.skip == "none":
+        return sampler
+    return HistorySkip(  # type: ignore[return-value]  # a Sampler through delegation
+        sampler,
+        rule=cur.skip,
+        seed=seed_or_default(config.seed),
+        inverse_probability_weights=cur.inverse_probability_weights,
+        max_skipped_visits=cur.max_skipped_visits,
+        max_candidates_per_step=config.candidate_cap(),
+        samples_per_prompt=config.samples_per_prompt,
+        min_inclusion_probability=cur.min_inclusion_probability,
+        greso_p_easy=cur.greso_p_easy,
+        greso_p_hard=cur.greso_p_hard,
+        greso_target_zero_variance=cur.greso_target_zero_variance,
+        greso_step_size=cur.greso_step_size,
+        greso_min_p=cur.greso_min_p,
+        greso_max_p=cur.greso_max_p,
+        positive_threshold=config.positive_threshold,
+    )
+
+
+def _build_sampler(config: AllocatorConfig) -> Sampler:
     name = config.sampler
     if name == "uniform":
         return UniformSampler(
             samples_per_prompt=config.samples_per_prompt,
             max_samples_per_step=config.max_samples_per_step,
+            rollouts_per_step=config.rollout_budget(),
+            positive_threshold=config.positive_threshold,
+        )
+    if name == "knapsack":
+        cur = config.curation
+        budget = config.rollout_budget()
+        assert budget is not None
+        objective, alpha = value_objective(config)
+        return KnapsackSampler(
+            value=cur.knapsack_value,
+            rollouts_per_step=budget,
+            mean_samples_per_prompt=config.samples_per_prompt,
+            min_samples_per_prompt=cur.min_samples_per_prompt,
+            max_samples_per_prompt=config.max_samples_per_prompt,
+            candidates_per_step=config.knapsack_candidates(),
+            objective=objective,
+            objective_alpha=alpha,
+            explore_fraction=cur.explore_fraction,
+            max_skipped_visits=cur.max_skipped_visits,
+            inverse_probability_weights=cur.inverse_probability_weights,
+            seed=seed_or_default(config.seed),
             positive_threshold=config.positive_threshold,
         )
     if name in ("seq_pos", "seq_balance"):
@@ -118,8 +179,14 @@ def allocator_kwargs(config: AllocatorConfig) -> dict[str, Any]:
         "sampler": build_sampler(config),
         "group_builder": build_group_builder(config),
         "stats": PromptStatsStore(
-            ema_decay=est.ema_decay, prior_alpha=est.prior_alpha, prior_beta=est.prior_beta
+            ema_decay=est.ema_decay,
+            prior_alpha=est.prior_alpha,
+            prior_beta=est.prior_beta,
+            half_life_steps=config.curation.history_half_life_steps,
+            min_pool_weight=config.curation.min_pool_weight,
+            max_prior_strength=config.curation.max_prior_strength,
         ),
+        "prior_pool": config.curation.prior_pool,
         "seed": seed_or_default(config.seed),
         "max_carry_age_steps": config.dynamic_filter.max_carry_age_steps,
         "positive_threshold": config.positive_threshold,

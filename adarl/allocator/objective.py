@@ -104,6 +104,10 @@ def declare_objective(
     verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact."""
     declaration = _declare(config)
     statement, exact = declaration.statement, declaration.exact
+    curated = _curation_clause(config)
+    if curated:
+        statement = f"{statement}; {curated}"
+        exact = exact and config.curation.inverse_probability_weights
     if reward == "r3":
         statement = f"{statement}, with p the mean R3 reward (DRO) instead of the pass rate"
         exact = False
@@ -162,6 +166,8 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
         )
     if config.sampler == "ada_est":
         return _ada_est_declaration(config, p, labels)
+    if config.sampler == "knapsack":
+        return _knapsack_declaration(config, p, labels)
     if config.sampler == "gvm":
         return _gvm_declaration(config, p, labels)
     if group.advantage in ("grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline"):
@@ -193,6 +199,61 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
         statement=_UNIFORM_TEXT.get(group.advantage, group.advantage)
         + f" (sampler {config.sampler!r})",
         exact=False,
+    )
+
+
+def _curation_clause(config: AllocatorConfig) -> str:
+    """What history-based curation does to the objective (adarl/allocator/curation.py): with 1/π
+    weights nothing (exact in expectation over the candidates), without them each prompt's term
+    is weighted by its probability π_x of being drawn."""
+    cur = config.curation
+    explores = config.sampler == "knapsack" and cur.knapsack_value == "declared"
+    if cur.skip == "none" and not explores:
+        return ""
+    rule = f"{cur.skip} skip" if cur.skip != "none" else "knapsack exploration"
+    if cur.inverse_probability_weights:
+        return (
+            f"over every candidate prompt: the {rule} draws prompt x with probability π_x from "
+            "its history and its advantages are weighted 1/π_x, so skipping leaves the "
+            "objective unchanged in expectation"
+        )
+    return (
+        f"re-weighted by the {rule}: Σ_x π_x·f(p_x), π_x the probability prompt x is drawn "
+        "given its history (no 1/π correction), so prompts predicted to carry no signal count "
+        "less than the declared objective says"
+    )
+
+
+def _knapsack_declaration(
+    config: AllocatorConfig, p: np.ndarray, labels: list[str]
+) -> ObjectiveDeclaration:
+    """Knapsack: each drawn prompt x gets n_x samples in one draw, fixed before its labels, so its
+    group estimates w(p_x; n_x)·∇p_x, the advantage's weight at its own planned size, and the
+    learner's mean over samples weighs it n_x/n̄; n_x comes from the history, so the weight is per
+    prompt (shown here at n = samples_per_prompt)."""
+    group = config.group
+    cur = config.curation
+    n = config.samples_per_prompt
+    weights = implied_weight(
+        p,
+        estimator=group.advantage if group.advantage != "pool" else "rloo",
+        group_size=n,
+        raft_normalization=group.raft_normalization,
+    )
+    text = _UNIFORM_TEXT.get(group.advantage, group.advantage)
+    value = (
+        "Knapsack-RL's value (1-p̂^n-(1-p̂)^n)·p̂(1-p̂)²"
+        if cur.knapsack_value == "knapsack_rl"
+        else "the posterior value of each sample for that objective"
+    )
+    return ObjectiveDeclaration(
+        statement=(
+            f"{text}, each prompt at its own planned group size n_x (the rollout budget split "
+            f"over {config.knapsack_candidates()} candidates by {value}) and weighted n_x/{n} by "
+            f"the batch mean over samples; weights by p shown at n = {n}"
+        ),
+        exact=False,
+        implied_weight=dict(zip(labels, map(float, weights), strict=True)),
     )
 
 

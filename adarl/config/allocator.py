@@ -6,14 +6,23 @@
         (until `k_pos` positives and `k_neg` negatives), "dynamic_filter" (DAPO: keep groups
         with mixed outcomes, refill prompts until `prompts_per_step` groups), "ada_est"
         (Reinforce-Ada-Est: n_i ∝ 1/√(p̂_i + ε) from an EMA), "gvm" (GVM: pre-sample, then
-        allocate by pass rate and gradient norm).
+        allocate by pass rate and gradient norm), "knapsack" (split `rollouts_per_step` across
+        `curation.candidates_per_step` candidates by each one's history: Knapsack-RL's value, or
+        the declared objective's; adarl/allocator/samplers/knapsack.py).
     prompts_per_step: prompts the driver draws per step; the dynamic filter's target number of
         trained groups.
     samples_per_prompt: responses per prompt for "uniform" and "dynamic_filter"; the mean
         responses per prompt for "ada_est" and "gvm" (their step budget is this × prompts); for
         the sequential samplers with `group.group_size: null` (train on whole pools), how many
         sequences' worth a prompt's pool weighs in the loss.
-    max_samples_per_prompt: per-prompt cap for the sequential samplers, "ada_est" and "gvm".
+    max_samples_per_prompt: per-prompt cap for the sequential samplers, "ada_est", "gvm" and
+        "knapsack".
+    rollouts_per_step: the step's rollout budget, spent to the rollout: prompts are drawn until
+        it is (so a step's trained batch varies in prompts). null = prompts_per_step ×
+        samples_per_prompt (what GRPO with the same prompts spends) for "knapsack" and under a
+        curation skip; for "uniform" without a skip null keeps the fixed prompts_per_step (the
+        same spend). The other samplers keep their own per-step rules (ada_est and gvm spend
+        samples_per_prompt × prompts_per_step already) and refuse a value.
     max_samples_per_step: global cap on responses drawn in one step (counted at dispatch, never
         exceeded); None = prompts_per_step × max_samples_per_prompt for the sequential
         samplers, 4 × prompts_per_step × samples_per_prompt for "dynamic_filter" (the verl
@@ -22,7 +31,7 @@
     seed: seeds requests and random downsampling (derived per step/prompt: no RNG state); None
         (default) = derived from the root `seed` (adarl/config/seeds.py).
     sequential: `SequentialConfig`; dynamic_filter: `DynamicFilterConfig`;
-    estimation: `EstimationConfig`; group: `GroupConfig`.
+    estimation: `EstimationConfig`; group: `GroupConfig`; curation: `CurationConfig`.
 
 `SequentialConfig` (seq_pos, seq_balance)
     k_pos, k_neg: positives and negatives the exit condition needs (seq_pos uses k_pos only).
@@ -69,6 +78,40 @@
     gvm_presamples: GVM's pre-sampling responses per prompt (N').
     gvm_alpha, gvm_beta: GVM's weight w_i = G_i / √(p_i + α / p_i^(β-1)).
 
+`CurationConfig` (history before rollout: adarl/allocator/curation.py, samplers/knapsack.py,
+stats.py)
+    skip: "none", "greso" (GRESO's rule: a prompt whose last z visits were all correct (all
+        wrong) is drawn with probability max(p_easy^z, 0.01) (p_hard^z), p_easy and p_hard
+        adapted each step towards a target zero-variance share) or "posterior" (drawn with
+        probability max(min_inclusion_probability, 1 - P(all n equal)) under the prompt's Beta
+        posterior). Needs "uniform" (it runs under rollouts_per_step, refilling skipped prompts).
+    inverse_probability_weights: multiply a kept prompt's advantages by 1/π, π its probability of
+        being drawn (skip or knapsack exploration), so the declared objective is kept exactly;
+        false: the run optimises the π-reweighted objective, and says so.
+    max_skipped_visits: a prompt skipped this many visits in a row is drawn at its next visit
+        (π = 1): none is starved; null = no bound (GRESO's 1% floor only).
+    min_inclusion_probability: skip "posterior": the floor of π (bounds the 1/π weights).
+    max_candidates_per_step: the most candidates a step may look at; null = 8 × prompts_per_step
+        (past it the step trains what it has, counted: sampling/candidate_cap_reached).
+    greso_p_easy, greso_p_hard: GRESO's initial exploration probabilities (0.5, 0.5).
+    greso_target_zero_variance: GRESO's target share of zero-variance groups among drawn prompts
+        (split ⅓ all-correct, ⅔ all-wrong); greso_step_size: its per-step adjustment;
+        greso_min_p, greso_max_p: its clamp.
+    knapsack_value: "knapsack" sampler: "knapsack_rl" (Knapsack-RL's value (1-p̂^n-(1-p̂)^n)·
+        p̂(1-p̂)² with its last-visit estimate, minimum and fallback) or "declared" (adarl: the
+        expected share of the declared objective's gradient under the posterior).
+    candidates_per_step: "knapsack": candidates the budget is split across; null =
+        prompts_per_step (Knapsack-RL); more lets the budget fill with prompts that carry signal.
+    min_samples_per_prompt: "knapsack": the fewest samples a drawn prompt gets (2).
+    explore_fraction: "knapsack" declared: share of the budget spent on candidates the split
+        left out, drawn at random (their probability π enters the 1/π weights).
+    prior_pool: where an unseen prompt's prior comes from: "difficulty" (the prompts with its
+        `difficulty` value; the whole task when rows have none) or "task".
+    history_half_life_steps: the age discount of a prompt's record (weight halves every this
+        many steps); null = every outcome counts fully.
+    max_prior_strength: the most pseudo-samples a pooled prior may weigh (a₀ + b₀).
+    min_pool_weight: a pool's prior is used once its visits weigh this much (before: the task's).
+
 `GroupConfig` (`adarl.allocator.group_builder`)
     group_size: responses trained on per prompt (n); None = the whole pool (nothing drawn is
         discarded; with pooled advantages each prompt's pool weighs `samples_per_prompt`
@@ -99,7 +142,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SAMPLERS = ("uniform", "seq_pos", "seq_balance", "dynamic_filter", "ada_est", "gvm")
+SAMPLERS = ("uniform", "seq_pos", "seq_balance", "dynamic_filter", "ada_est", "gvm", "knapsack")
+SKIP_RULES = ("none", "greso", "posterior")
+KNAPSACK_VALUES = ("declared", "knapsack_rl")
+PRIOR_POOLS = ("difficulty", "task")
+# Samplers that spend a rollout budget to the rollout, drawing prompts until it is spent.
+BUDGETED_SAMPLERS = ("uniform", "knapsack")
 SEQUENTIAL_MODES = ("streaming", "rounds")
 ADVANTAGES = ("pool", "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est")
 CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
@@ -233,6 +281,95 @@ class EstimationConfig:
 
 
 @dataclass
+class CurationConfig:
+    skip: str = "none"
+    inverse_probability_weights: bool = True
+    max_skipped_visits: int | None = 3
+    min_inclusion_probability: float = 0.05
+    max_candidates_per_step: int | None = None
+    greso_p_easy: float = 0.5
+    greso_p_hard: float = 0.5
+    greso_target_zero_variance: float = 0.25
+    greso_step_size: float = 0.01
+    greso_min_p: float = 0.05
+    greso_max_p: float = 0.95
+    knapsack_value: str = "declared"
+    candidates_per_step: int | None = None
+    min_samples_per_prompt: int = 2
+    explore_fraction: float = 0.05
+    prior_pool: str = "difficulty"
+    history_half_life_steps: float | None = None
+    max_prior_strength: float = 50.0
+    min_pool_weight: float = 4.0
+
+    def validate(self, *, sampler: str) -> None:
+        for key, value, allowed in (
+            ("skip", self.skip, SKIP_RULES),
+            ("knapsack_value", self.knapsack_value, KNAPSACK_VALUES),
+            ("prior_pool", self.prior_pool, PRIOR_POOLS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"allocator.curation.{key}={value!r} is not one of {allowed}")
+        if self.skip != "none" and sampler != "uniform":
+            raise ValueError(
+                f"allocator.curation.skip={self.skip!r} needs allocator.sampler=uniform (it "
+                f"refills skipped prompts under rollouts_per_step), got {sampler!r}; the "
+                "knapsack sampler skips by itself"
+            )
+        if self.max_skipped_visits is not None and self.max_skipped_visits < 0:
+            raise ValueError(
+                f"allocator.curation.max_skipped_visits={self.max_skipped_visits} must be >= 0 "
+                "or null (no bound)"
+            )
+        if not 0.0 < self.min_inclusion_probability <= 1.0:
+            raise ValueError(
+                "allocator.curation.min_inclusion_probability="
+                f"{self.min_inclusion_probability} must be in (0, 1]"
+            )
+        for key, value in (
+            ("max_candidates_per_step", self.max_candidates_per_step),
+            ("candidates_per_step", self.candidates_per_step),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"allocator.curation.{key}={value} must be >= 1 or null")
+        if not (
+            0.0 < self.greso_min_p <= self.greso_max_p < 1.0
+            and self.greso_min_p <= self.greso_p_easy <= self.greso_max_p
+            and self.greso_min_p <= self.greso_p_hard <= self.greso_max_p
+        ):
+            raise ValueError(
+                "allocator.curation: need 0 < greso_min_p <= greso_p_easy, greso_p_hard <= "
+                f"greso_max_p < 1 (got {self.greso_min_p}, {self.greso_p_easy}, "
+                f"{self.greso_p_hard}, {self.greso_max_p})"
+            )
+        if not 0.0 <= self.greso_target_zero_variance <= 1.0 or self.greso_step_size < 0:
+            raise ValueError(
+                "allocator.curation: greso_target_zero_variance must be in [0, 1] and "
+                f"greso_step_size >= 0 (got {self.greso_target_zero_variance}, "
+                f"{self.greso_step_size})"
+            )
+        if self.min_samples_per_prompt < 1:
+            raise ValueError(
+                f"allocator.curation.min_samples_per_prompt={self.min_samples_per_prompt} must "
+                "be >= 1"
+            )
+        if not 0.0 <= self.explore_fraction < 1.0:
+            raise ValueError(
+                f"allocator.curation.explore_fraction={self.explore_fraction} must be in [0, 1)"
+            )
+        if self.history_half_life_steps is not None and not self.history_half_life_steps > 0:
+            raise ValueError(
+                "allocator.curation.history_half_life_steps="
+                f"{self.history_half_life_steps} must be > 0 or null (no discount)"
+            )
+        if not self.max_prior_strength > 0 or not self.min_pool_weight > 0:
+            raise ValueError(
+                "allocator.curation.max_prior_strength and min_pool_weight must be > 0 (got "
+                f"{self.max_prior_strength}, {self.min_pool_weight})"
+            )
+
+
+@dataclass
 class GroupConfig:
     group_size: int | None = 4
     advantage: str = "pool"
@@ -272,12 +409,32 @@ class AllocatorConfig:
     samples_per_prompt: int = 4
     max_samples_per_prompt: int = 32
     max_samples_per_step: int | None = None
+    rollouts_per_step: int | None = None
     positive_threshold: float = 0.5
     seed: int | None = None
     sequential: SequentialConfig = field(default_factory=SequentialConfig)
     dynamic_filter: DynamicFilterConfig = field(default_factory=DynamicFilterConfig)
     estimation: EstimationConfig = field(default_factory=EstimationConfig)
     group: GroupConfig = field(default_factory=GroupConfig)
+    curation: CurationConfig = field(default_factory=CurationConfig)
+
+    def rollout_budget(self) -> int | None:
+        """The step's rollout budget (`rollouts_per_step`, its null resolved); None: none."""
+        if self.rollouts_per_step is not None:
+            return self.rollouts_per_step
+        if self.sampler == "knapsack" or self.curation.skip != "none":
+            return self.prompts_per_step * self.samples_per_prompt
+        return None
+
+    def candidate_cap(self) -> int:
+        """The most candidates a step looks at (curation.max_candidates_per_step resolved)."""
+        cap = self.curation.max_candidates_per_step
+        return 8 * self.prompts_per_step if cap is None else cap
+
+    def knapsack_candidates(self) -> int:
+        """The candidates a knapsack step splits its budget across (null resolved)."""
+        count = self.curation.candidates_per_step
+        return self.prompts_per_step if count is None else count
 
     def validate(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -327,6 +484,33 @@ class AllocatorConfig:
                 f" - estimation.gvm_presamples = {self.max_samples_per_prompt} - "
                 f"{est.gvm_presamples}; lower it or raise the cap"
             )
+        if self.rollouts_per_step is not None:
+            if self.sampler not in BUDGETED_SAMPLERS:
+                raise ValueError(
+                    f"allocator.rollouts_per_step={self.rollouts_per_step} needs a sampler that "
+                    f"spends a budget to the rollout, one of {BUDGETED_SAMPLERS}; "
+                    f"{self.sampler!r} has its own per-step rule (max_samples_per_step caps it)"
+                )
+            if self.rollouts_per_step < 1:
+                raise ValueError(
+                    f"allocator.rollouts_per_step={self.rollouts_per_step} must be >= 1 or null"
+                )
+        self.curation.validate(sampler=self.sampler)
+        if self.sampler == "knapsack":
+            budget = self.rollout_budget()
+            assert budget is not None
+            cur = self.curation
+            if not cur.min_samples_per_prompt <= self.max_samples_per_prompt:
+                raise ValueError(
+                    f"allocator.curation.min_samples_per_prompt={cur.min_samples_per_prompt} "
+                    f"exceeds allocator.max_samples_per_prompt={self.max_samples_per_prompt}"
+                )
+            if self.knapsack_candidates() * self.max_samples_per_prompt < budget:
+                raise ValueError(
+                    f"allocator: {self.knapsack_candidates()} knapsack candidates of at most "
+                    f"{self.max_samples_per_prompt} samples cannot spend the budget of {budget} "
+                    "rollouts; raise curation.candidates_per_step or max_samples_per_prompt"
+                )
         self.dynamic_filter.validate()
         self.estimation.validate()
         self.group.validate()

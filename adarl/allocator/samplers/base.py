@@ -35,6 +35,7 @@ class PromptStatus(str, Enum):
     UNRESOLVED = "unresolved"  # stopped at its cap or by the step budget without meeting it
     FILTERED = "filtered"  # dynamic filter: the finished pool failed the keep rule
     ABANDONED = "abandoned"  # the allocator gave up on it (collapsed, re-rolled with a hint)
+    SKIPPED = "skipped"  # never drawn: its history chose it out before rollout (curation)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,24 @@ class PromptHistory:
     ema_positives: float = 0.0
     ema_negatives: float = 0.0
     last_step: int = -1  # the step that last updated these statistics (-1: never)
+    # History as a posterior (adarl/allocator/stats.py): the prior pooled from prompts like it,
+    # and every earlier outcome discounted by age. Beta(1, 1) and 0, 0 when the store was asked
+    # without a step, or knows nothing.
+    prior_alpha: float = 1.0
+    prior_beta: float = 1.0
+    decayed_positives: float = 0.0
+    decayed_negatives: float = 0.0
+    last_pass_rate: float | None = None  # the latest visit's pool rate (None: never drawn)
+    zero_variance_streak: int = 0  # +z: last z visits all correct; -z: all wrong
+    skipped_visits: int = 0  # visits skipped since the last rollout
+    recent_labels: str = ""  # its latest sample labels, oldest first ("1" positive, "0" negative)
+
+    def posterior(self) -> tuple[float, float]:
+        """Beta(a, b) of the pass rate: the pooled prior plus the discounted counts."""
+        return (
+            self.prior_alpha + self.decayed_positives,
+            self.prior_beta + self.decayed_negatives,
+        )
 
 
 @dataclass(frozen=True)
@@ -141,6 +160,17 @@ class Sampler(Protocol):
     def prompt_allowance(self) -> int:
         """The most one prompt may draw in a step (its cap); samplers that allocate over the
         whole batch have none and refuse (ValueError)."""
+        ...
+
+    def inclusion_probability(self, prompt_id: str) -> float:
+        """The probability π with which this step's prompt was chosen for rollouts, given its
+        history and the step's other candidates (1 unless a curation stage chose it; for a
+        SKIPPED prompt, the probability it had)."""
+        ...
+
+    def advantage_weight(self, prompt_id: str) -> float:
+        """The factor on the prompt's group advantages: 1/π when skips are corrected by inverse
+        inclusion probabilities (the declared objective kept), else 1."""
         ...
 
     def fund(self, prompt_ids: Sequence[str]) -> None:

@@ -230,6 +230,12 @@ class LedgerSampler:
     def pass_rate_estimate(self, prompt_id: str) -> float | None:
         return None
 
+    def inclusion_probability(self, prompt_id: str) -> float:
+        return 1.0
+
+    def advantage_weight(self, prompt_id: str) -> float:
+        return 1.0
+
     def abandon(self, prompt_id: str) -> None:
         self._ledger.abandon(prompt_id)
 

@@ -1,7 +1,14 @@
-"""`uniform(n)`: GRPO-style sampling, one draw of n responses per prompt, no stopping rule."""
+"""`uniform(n)`: GRPO-style sampling, one draw of n responses per prompt, no stopping rule.
+
+With a rollout budget (`rollouts_per_step`, allocator.rollouts_per_step) the step spends exactly
+that many rollouts: it asks for prompts until ⌈left / n⌉ more would spend the rest (the last one
+drawn with what is left), so a skip stage in front of it (adarl/allocator/curation.py) never
+shrinks the step.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,16 +35,24 @@ class UniformSampler(LedgerSampler):
         *,
         samples_per_prompt: int,
         max_samples_per_step: int | None = None,
+        rollouts_per_step: int | None = None,
         positive_threshold: float = 0.5,
     ) -> None:
         if samples_per_prompt < 1:
             raise ValueError(f"uniform: samples_per_prompt must be >= 1, got {samples_per_prompt}")
+        if rollouts_per_step is not None and rollouts_per_step < 1:
+            raise ValueError(f"uniform: rollouts_per_step must be >= 1, got {rollouts_per_step}")
         self.samples_per_prompt = samples_per_prompt
-        self.max_samples_per_step = max_samples_per_step
+        self.rollouts_per_step = rollouts_per_step
+        # A rollout budget is spent exactly, so it is the step's cap too.
+        self.max_samples_per_step = (
+            rollouts_per_step if rollouts_per_step is not None else max_samples_per_step
+        )
         self.positive_threshold = positive_threshold
         self.step = -1
+        self.source_exhausted = False
         self._ledger = StepLedger(
-            budget_cap=max_samples_per_step, positive_threshold=positive_threshold
+            budget_cap=self.max_samples_per_step, positive_threshold=positive_threshold
         )
 
     def start_step(
@@ -49,17 +64,32 @@ class UniformSampler(LedgerSampler):
         carried_groups: int = 0,
     ) -> None:
         self.step = step
+        self.source_exhausted = False
         self._ledger = StepLedger(
             budget_cap=self.max_samples_per_step, positive_threshold=self.positive_threshold
         )
-        self.add_prompts(prompt_ids, history)
+        if prompt_ids:  # none at the start (a skip took them all) is not an exhausted source
+            self.add_prompts(prompt_ids, history)
 
     def add_prompts(self, prompt_ids: Sequence[str], history: Mapping[str, PromptHistory]) -> None:
+        if not prompt_ids:
+            self.source_exhausted = True
+            return
         check_new_prompt_ids(prompt_ids, self._ledger.tallies, what="uniform")
         self._ledger.add(prompt_ids)
         for pid in prompt_ids:
             if self._ledger.dispatch(pid, self.samples_per_prompt) is None:
                 self._ledger.settle(pid, PromptStatus.UNRESOLVED)
+
+    def needs_prompts(self) -> int:
+        """With a rollout budget: the prompts that would spend what is left of it."""
+        left = self._ledger.budget.left
+        if self.rollouts_per_step is None or self.source_exhausted or not left:
+            return 0
+        return math.ceil(left / self.samples_per_prompt)
+
+    def done(self) -> bool:
+        return super().done() and self.needs_prompts() == 0
 
     def observe(self, prompt_id: str, rewards: Sequence[float]) -> None:
         self._ledger.record(prompt_id, rewards)
@@ -72,8 +102,13 @@ class UniformSampler(LedgerSampler):
         return self._ledger.metrics()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "ledger": self._ledger.state_dict()}
+        return {
+            "step": self.step,
+            "source_exhausted": self.source_exhausted,
+            "ledger": self._ledger.state_dict(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.step = int(state["step"])
+        self.source_exhausted = bool(state.get("source_exhausted", False))
         self._ledger.load_state_dict(state["ledger"])

@@ -9,7 +9,12 @@ import pytest
 from _allocator_world import FakeWorld, StepTrace, deterministic_metrics
 
 from adarl.allocator import build_allocator
-from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
+from adarl.config.allocator import (
+    AllocatorConfig,
+    CurationConfig,
+    GroupConfig,
+    SequentialConfig,
+)
 
 PASS_RATES = [0.0, 0.05, 0.2, 0.5, 0.8, 1.0] * 3
 CONFIGS = {
@@ -31,6 +36,34 @@ CONFIGS = {
     "ada_est": AllocatorConfig(sampler="ada_est", prompts_per_step=18, samples_per_prompt=6),
     "gvm": AllocatorConfig(
         sampler="gvm", prompts_per_step=18, group=GroupConfig(group_size=None, advantage="grpo")
+    ),
+    # History before rollout (issue 19): skips and splits read every earlier outcome, the pooled
+    # priors and GRESO's adapted probabilities, all of which must come back from the state.
+    "greso_skip": AllocatorConfig(
+        sampler="uniform",
+        prompts_per_step=18,
+        group=GroupConfig(group_size=None, advantage="grpo"),
+        curation=CurationConfig(skip="greso", inverse_probability_weights=False),
+    ),
+    "posterior_skip": AllocatorConfig(
+        sampler="uniform",
+        prompts_per_step=18,
+        group=GroupConfig(group_size=None, advantage="rloo"),
+        curation=CurationConfig(skip="posterior", min_inclusion_probability=0.3),
+    ),
+    "knapsack_declared": AllocatorConfig(
+        sampler="knapsack",
+        prompts_per_step=18,
+        max_samples_per_prompt=12,
+        group=GroupConfig(group_size=None, advantage="grpo"),
+        curation=CurationConfig(candidates_per_step=24, explore_fraction=0.1),
+    ),
+    "knapsack_rl": AllocatorConfig(
+        sampler="knapsack",
+        prompts_per_step=18,
+        max_samples_per_prompt=12,
+        group=GroupConfig(group_size=None, advantage="grpo"),
+        curation=CurationConfig(knapsack_value="knapsack_rl", explore_fraction=0.0),
     ),
 }
 

@@ -109,6 +109,10 @@ def _run_cheap_builders(tmp_path: Path) -> None:
             max_samples_per_prompt=32,
         )
     )
+    build_allocator(dataclasses.replace(config.allocator, sampler="knapsack"))
+    curated = dataclasses.replace(config.allocator, sampler="uniform")
+    curated.curation.skip = "greso"
+    build_allocator(curated)
     task = TaskConfig()
     build_prompt_source(task)
     build_test_examples(task)
