@@ -32,6 +32,7 @@ from adarl.algo.drawing import DrawRule, expected_samples_drawn
 from adarl.algo.implied import implied_weight, log_gate
 from adarl.algo.stopping import StoppingRule
 from adarl.allocator import Sampler, build_allocator
+from adarl.allocator.samplers.base import PromptStatus
 from adarl.config.allocator import AllocatorConfig
 from adarl.driver import collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
@@ -309,6 +310,188 @@ def _trial_weight(
     estimator = "ada_est" if advantage == "ada_est" else "grpo"
     eps = {"ada_est_eps": config.estimation.epsilon} if estimator == "ada_est" else {}
     return n / mean_n * float(implied_weight(p, estimator=estimator, group_size=n, **eps))
+
+
+@dataclass(frozen=True)
+class RecurringCheck:
+    """Recurring prompts (history matters): the mean over visits of ĝ - target at pass rate p,
+    target = w(p; n_x)·∇p per visit (HT: every candidate visit, drawn or not; without 1/π:
+    π_x·w(p; n_x)·∇p, the declared-skipped objective), n_x the samples planned for the visit."""
+
+    p: float
+    visits: int  # candidate visits (drawn or skipped)
+    drawn_fraction: float
+    mean_residual: np.ndarray  # [4] mean of ĝ - target
+    se_residual: np.ndarray  # [4] its standard error
+    mean_target: np.ndarray  # [4]
+    mean_inverse_weight: float  # mean of 1{drawn}/π over visits (1 if the draw is honest)
+    se_inverse_weight: float
+
+
+@dataclass(frozen=True)
+class RecurringResult:
+    checks: list[RecurringCheck]
+    step_rollouts: list[int]  # rollouts drawn in each step
+    longest_skip_run: int  # the most consecutive visits any prompt was skipped
+    prompts_never_drawn: int  # prompts of the population never given a rollout
+
+
+class CyclingPrompts:
+    """A fixed population served once per epoch, in a seeded order reshuffled each epoch (the
+    task's prompt source does the same): prompts recur, so their history matters."""
+
+    def __init__(self, examples: Sequence[TaskExample], *, seed: int) -> None:
+        self.examples = list(examples)
+        self.rng = np.random.default_rng(seed)
+        self.queue: list[TaskExample] = []
+        self.served: list[str] = []  # prompt ids handed out since last cleared
+
+    def start_step(self) -> None:
+        self.step_served: set[str] = set()
+
+    def next_batch(self, num_examples: int) -> list[TaskExample]:
+        """The next prompts of the epoch order, none already served this step (an epoch
+        boundary inside a step defers them: a repeat would read as an exhausted source)."""
+        out: list[TaskExample] = []
+        served = getattr(self, "step_served", set())
+        if num_examples + len(served) > len(self.examples):
+            raise ValueError(
+                f"asked for {num_examples} more prompts in a step that had {len(served)} of "
+                f"{len(self.examples)}"
+            )
+        deferred: list[TaskExample] = []
+        while len(out) < num_examples:
+            if not self.queue:
+                self.queue = [self.examples[i] for i in self.rng.permutation(len(self.examples))]
+            example = self.queue.pop()
+            if example.prompt_id in served:
+                deferred.append(example)
+                continue
+            served.add(example.prompt_id)
+            out.append(example)
+        self.queue += deferred[::-1]  # served first in the next step
+        self.step_served = served
+        self.served += [e.prompt_id for e in out]
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+
+def measure_recurring(
+    config: AllocatorConfig,
+    *,
+    pass_rates: Sequence[float],
+    prompts_per_rate: int,
+    steps: int,
+    latency: LatencyModel,
+    seed: int = 0,
+) -> RecurringResult:
+    """Steps of the real rollout phase over a fixed population of bandit prompts served epoch by
+    epoch (`CyclingPrompts`), so each prompt's skip or split is decided from its history. Per
+    candidate visit: ĝ_x = (1/n_x)·Σ_j A_j (e_{a_j} - π_x) from the real groups (0 if skipped),
+    and its target from what the sampler planned before any label of the step was seen."""
+    engine = BanditEngine()
+    codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
+    allocator = build_allocator(AllocatorConfig(**{**config.__dict__, "seed": seed}))
+    sampler = allocator.sampler
+    population = [
+        TaskExample(
+            prompt_id=f"b{i}", prompt=f"b{i}:{p!r}", answer="0", task="bandit", difficulty=float(j)
+        )
+        for j, p in enumerate(pass_rates)
+        for i in range(j * prompts_per_rate, (j + 1) * prompts_per_rate)
+    ]
+    rate = {e.prompt_id: float(e.prompt.split(":")[1]) for e in population}
+    source = CyclingPrompts(population, seed=seed)
+    residuals: dict[float, list[np.ndarray]] = {p: [] for p in pass_rates}
+    targets: dict[float, list[np.ndarray]] = {p: [] for p in pass_rates}
+    inverse: dict[float, list[float]] = {p: [] for p in pass_rates}
+    drawn: dict[float, list[bool]] = {p: [] for p in pass_rates}
+    weights: dict[tuple[float, int], float] = {}
+    step_rollouts: list[int] = []
+    skip_run: dict[str, int] = {}
+    longest_skip_run = 0
+    ever_drawn: set[str] = set()
+    estimator = config.group.advantage
+    ht = config.curation.inverse_probability_weights
+    with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
+        for step in range(steps):
+            pool = SimulatedRolloutPool(
+                engine=engine,
+                latency=latency,
+                is_correct=lambda _request, completion: completion.text == "0",
+                seed=seed * 100_003 + step,
+            )
+            source.start_step()
+            phase = collect_groups(
+                step,
+                source.next_batch(config.prompts_per_step),
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=source,
+                codec=codec,
+                statistics=bandit_gradient_norms,
+                clock=pool.now,
+            )
+            groups = {g.prompt_id: g for g in phase.result.groups}
+            step_rollouts.append(int(phase.result.metrics["sampling/rollouts"]))
+            for pid in sampler.prompt_ids():
+                p = rate[pid]
+                pi = policy(p)
+                grad_p = p * (np.eye(RESPONSES)[0] - pi)
+                n = int(sampler.planned_samples(pid))
+                probability = float(sampler.inclusion_probability(pid))
+                group = groups.get(pid)
+                g = np.zeros(RESPONSES)
+                if group is not None:
+                    for scored, advantage in zip(group.rollouts, group.advantages, strict=True):
+                        g += advantage * (
+                            np.eye(RESPONSES)[int(scored.rollout.completion.text)] - pi
+                        )
+                    g /= len(group.rollouts)
+                if n > 0 and (p, n) not in weights:
+                    weights[p, n] = float(
+                        implied_weight(
+                            p,
+                            estimator=estimator,
+                            group_size=n,
+                            raft_normalization=config.group.raft_normalization,
+                        )
+                    )
+                w = weights.get((p, n), 0.0) * (1.0 if ht else probability)
+                residuals[p].append(g - w * grad_p)
+                targets[p].append(w * grad_p)
+                chosen = sampler.verdict(pid) is not PromptStatus.SKIPPED
+                drawn[p].append(chosen)
+                skip_run[pid] = 0 if chosen else skip_run.get(pid, 0) + 1
+                longest_skip_run = max(longest_skip_run, skip_run[pid])
+                if chosen:
+                    ever_drawn.add(pid)
+                inverse[p].append(chosen / probability if probability > 0 else 0.0)
+    checks = []
+    for p in pass_rates:
+        r = np.array(residuals[p])
+        inv = np.array(inverse[p])
+        checks.append(
+            RecurringCheck(
+                p=p,
+                visits=len(r),
+                drawn_fraction=float(np.mean(drawn[p])),
+                mean_residual=r.mean(axis=0),
+                se_residual=r.std(axis=0, ddof=1) / math.sqrt(len(r)),
+                mean_target=np.array(targets[p]).mean(axis=0),
+                mean_inverse_weight=float(inv.mean()),
+                se_inverse_weight=float(inv.std(ddof=1) / math.sqrt(len(inv))),
+            )
+        )
+    return RecurringResult(
+        checks=checks,
+        step_rollouts=step_rollouts,
+        longest_skip_run=longest_skip_run,
+        prompts_never_drawn=len(rate) - len(ever_drawn),
+    )
 
 
 def bandit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
