@@ -386,6 +386,63 @@ class ReportData:
         return cls.from_json(json.loads(path.read_text()))
 
 
+CURATED_ARM = "ada_curated"  # adarl's history-aware arm (issue 19)
+CURATION_ANCHORS = ("greso", "knapsack_grpo")  # the published curation arms it must match
+CURATION_RATIO = 0.5  # target: GRPO-best's final accuracy with at most this share of its x
+CURATION_NO_SIGNAL = 0.35  # target: at most this share of rollouts on p̃ ∈ {0, 1}
+
+
+def curation_target(records: Sequence[RunRecord], best: str) -> str:
+    """Issue 19's target, checked per seed: `CURATED_ARM` reaches GRPO-best's final accuracy
+    (same seed) with ≤ `CURATION_RATIO`× GRPO-best's own rollouts (and tokens) to it, ends at or
+    above each anchor at equal rollouts (a tie counts), and spends ≤ `CURATION_NO_SIGNAL` of its
+    rollouts on prompts whose pool came back p̃ ∈ {0, 1}. "" when the arm did not run."""
+    by_arm = runs_by_arm(records)
+    if CURATED_ARM not in by_arm or best not in by_arm:
+        return ""
+    parts, met = [], True
+    for axis, unit in (("rollouts", "rollouts"), ("tokens", "generated tokens")):
+        reaches = reach_to_reference(records, best, axis)
+        mine, theirs = reaches[CURATED_ARM].per_seed, reaches[best].per_seed
+        ratios = []
+        for seed in sorted(mine):
+            ref = theirs.get(seed)
+            x = mine[seed]
+            ratios.append(None if x is None or not ref else x / ref)
+        shown = ", ".join("not reached" if r is None else f"{r:.2f}×" for r in ratios)
+        ok = all(r is not None and r <= CURATION_RATIO for r in ratios)
+        met &= ok
+        parts.append(
+            f"{unit} to GRPO-best's final accuracy, per seed, against GRPO-best's own: {shown} "
+            f"({'≤' if ok else 'not all ≤'} {CURATION_RATIO:g}×)"
+        )
+    final = mean_and_spread(r.final_accuracy for r in by_arm[CURATED_ARM])
+    for anchor in CURATION_ANCHORS:
+        if anchor not in by_arm:
+            continue
+        theirs = mean_and_spread(r.final_accuracy for r in by_arm[anchor])
+        ok = final[0] >= theirs[0] or is_tie(final, theirs)
+        met &= ok
+        parts.append(
+            f"final accuracy {_pct(final[0])} ± {_pct(final[1])} against {anchor}'s "
+            f"{_pct(theirs[0])} ± {_pct(theirs[1])} at equal rollouts "
+            f"({'at or above' if final[0] >= theirs[0] else ('a tie' if ok else 'below')})"
+        )
+    share = diagnose(by_arm[CURATED_ARM]).no_signal_share
+    reference_share = diagnose(by_arm[best]).no_signal_share
+    ok = share <= CURATION_NO_SIGNAL
+    met &= ok
+    parts.append(
+        f"rollouts on p̃ ∈ {{0, 1}}: {_pct(share)} ({best}: {_pct(reference_share)}; target "
+        f"≤ {_pct(CURATION_NO_SIGNAL)})"
+    )
+    return paragraph(
+        f"**Curation target** ({CURATED_ARM}, issue 19): {'met' if met else 'not met'}. "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def paragraph(text: str, *, indent: str = "") -> str:
     """A generated paragraph wrapped at 100 columns like the rest of docs/benchmarks.md
     (`indent` for the continuation lines of a list item)."""
@@ -919,6 +976,9 @@ def docs_section(data: ReportData, figures: Mapping[str, Path], docs_path: Path)
             f"{said} against {best}." + ("" if met else " Why: see the diagnosis below.")
         )
         target_line = paragraph(target) + "\n\n"
+    curated = curation_target(records, best)
+    if curated:
+        target_line += curated + "\n\n"
     intro = paragraph(
         f"`{data.command}` ({setting['name']} setting: arms {', '.join(setting['arms'])}; "
         f"seeds {', '.join(map(str, seeds))}; {_count(setting['max_rollouts'])} training "
