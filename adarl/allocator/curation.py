@@ -35,14 +35,19 @@ Everything else is the wrapped sampler's (attribute delegation, as `VarianceFilt
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from adarl.algo.curation import greso_adapt, greso_skip_probability, zero_variance_probability
-from adarl.allocator.samplers.base import PromptHistory, PromptStatus, Sampler, derive_seed
+from adarl.allocator.samplers.base import (
+    PromptHistory,
+    PromptStatus,
+    Sampler,
+    derive_seed,
+    is_positive,
+)
 
 SKIP_RULES = ("greso", "posterior")
 # GRESO splits its target zero-variance share: a third to all-correct groups, two thirds to
@@ -173,7 +178,7 @@ class HistorySkip:
         self._inner.observe(prompt_id, rewards)
         counts = self._counts.setdefault(prompt_id, [0, 0])
         for reward in rewards:
-            counts[0 if reward > self.positive_threshold else 1] += 1
+            counts[0 if is_positive(reward, self.positive_threshold) else 1] += 1
 
     def verdict(self, prompt_id: str) -> PromptStatus:
         if prompt_id in self._skipped:
@@ -299,8 +304,3 @@ class HistorySkip:
         self._seen_before = int(step["seen_before"])
         self._cap_reached = bool(step["cap_reached"])
         self._counts = {pid: [int(c[0]), int(c[1])] for pid, c in step["counts"].items()}
-
-
-def inclusion_bound(max_skipped_visits: int | None) -> float:
-    """The most visits between two rollouts of a prompt: max_skipped_visits + 1 (inf: none)."""
-    return math.inf if max_skipped_visits is None else max_skipped_visits + 1.0

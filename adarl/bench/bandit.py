@@ -345,15 +345,16 @@ class CyclingPrompts:
         self.rng = np.random.default_rng(seed)
         self.queue: list[TaskExample] = []
         self.served: list[str] = []  # prompt ids handed out since last cleared
+        self.step_served: set[str] = set()  # prompt ids handed out in the current step
 
     def start_step(self) -> None:
-        self.step_served: set[str] = set()
+        self.step_served = set()
 
     def next_batch(self, num_examples: int) -> list[TaskExample]:
         """The next prompts of the epoch order, none already served this step (an epoch
         boundary inside a step defers them: a repeat would read as an exhausted source)."""
         out: list[TaskExample] = []
-        served = getattr(self, "step_served", set())
+        served = self.step_served
         if num_examples + len(served) > len(self.examples):
             raise ValueError(
                 f"asked for {num_examples} more prompts in a step that had {len(served)} of "
@@ -370,7 +371,6 @@ class CyclingPrompts:
             served.add(example.prompt_id)
             out.append(example)
         self.queue += deferred[::-1]  # served first in the next step
-        self.step_served = served
         self.served += [e.prompt_id for e in out]
         return out
 

@@ -34,7 +34,6 @@ declared objective is kept exactly: E[1{drawn}/π · ĝ] = w(p; n)·∇p for eve
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -377,7 +376,7 @@ class KnapsackSampler(LedgerSampler):
             "step": self.step,
             "ledger": self._ledger.state_dict(),
             "candidates": list(self._candidates),
-            "history": {pid: _history_state(h) for pid, h in self._history.items()},
+            "history": {pid: dataclasses.asdict(h) for pid, h in self._history.items()},
             "source_exhausted": self._source_exhausted,
             "planned": self._planned,
             "probability": dict(self._probability),
@@ -405,10 +404,6 @@ class KnapsackSampler(LedgerSampler):
         self._fallback = int(state["fallback"])
 
 
-def _history_state(history: PromptHistory) -> dict[str, Any]:
-    return dataclasses.asdict(history)
-
-
 def _spread_evenly(total: int, room: Mapping[str, int]) -> dict[str, int]:
     """`total` samples over the prompts of `room`, evenly (earlier prompts take the remainder),
     none past its room; what nobody has room for stays unspent."""
@@ -426,8 +421,3 @@ def _spread_evenly(total: int, room: Mapping[str, int]) -> dict[str, int]:
             if left == 0:
                 break
     return out
-
-
-def candidates_needed(rollouts_per_step: int, max_samples_per_prompt: int) -> int:
-    """The fewest candidates that can spend a budget: ⌈B / cap⌉."""
-    return math.ceil(rollouts_per_step / max_samples_per_prompt)

@@ -110,9 +110,13 @@ def _run_cheap_builders(tmp_path: Path) -> None:
         )
     )
     build_allocator(dataclasses.replace(config.allocator, sampler="knapsack"))
-    curated = dataclasses.replace(config.allocator, sampler="uniform")
-    curated.curation.skip = "greso"
-    build_allocator(curated)
+    build_allocator(
+        dataclasses.replace(
+            config.allocator,
+            sampler="uniform",
+            curation=dataclasses.replace(config.allocator.curation, skip="greso"),
+        )
+    )
     task = TaskConfig()
     build_prompt_source(task)
     build_test_examples(task)
