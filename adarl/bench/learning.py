@@ -113,6 +113,8 @@ class Setting:
     eval_samples_per_prompt: int
     checkpoint_every_steps: int
     why: str
+    # Hydra overrides appended to every arm's command, e.g. another task mix (`--override`).
+    overrides: tuple[str, ...] = ()
 
     def validate(self) -> None:
         for label in self.arms:
@@ -187,6 +189,7 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
     return [
         f"+experiment={arm.experiment}",
         *arm.overrides,
+        *setting.overrides,
         f"seed={seed}",
         f"trainer.max_rollouts={setting.max_rollouts}",
         # Every step draws at least one rollout, so the budget ends the run before this does.
@@ -456,6 +459,7 @@ def setting_from_args(args: argparse.Namespace) -> Setting:
             ("max_rollouts", args.max_rollouts),
             ("eval_every_rollouts", args.eval_every_rollouts),
             ("eval_num_prompts", args.eval_num_prompts),
+            ("overrides", tuple(args.override) if args.override else None),
         )
         if value is not None
     }
@@ -479,6 +483,7 @@ def command_line(args: argparse.Namespace) -> str:
     ):
         if value is not None:
             parts.append(f"{flag} {value}")
+    parts.extend(f"--override {shlex.quote(override)}" for override in args.override or ())
     return " ".join(parts)
 
 
@@ -492,6 +497,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-rollouts", type=int, default=None, help="rollout budget per run")
     parser.add_argument("--eval-every-rollouts", type=int, default=None)
     parser.add_argument("--eval-num-prompts", type=int, default=None)
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a Hydra override added to every arm (repeatable), e.g. another task mix: "
+        "task.arithmetic.levels=[...]",
+    )
     parser.add_argument(
         "--results-dir",
         type=Path,
@@ -513,7 +526,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.report_only:
         data = ReportData.load(args.data)
-        write_report(data, docs_path=args.docs, figures_dir=args.figures_dir, data_path=None)
+        write_report(
+            data, docs_path=args.docs, figures_dir=args.figures_dir, data_path=args.data, save=False
+        )
         print(f"wrote the Learning section of {args.docs} from {args.data}")
         return 0
 
@@ -539,7 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for arm, seed, run_dir in plan
         ],
     )
-    write_report(data, docs_path=args.docs, figures_dir=args.figures_dir, data_path=args.data)
+    write_report(
+        data, docs_path=args.docs, figures_dir=args.figures_dir, data_path=args.data, save=True
+    )
     print(headline_table(data.runs)[0])
     print(f"wrote {args.data}, the figures in {args.figures_dir} and the section in {args.docs}")
     return 0

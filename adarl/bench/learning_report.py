@@ -955,7 +955,13 @@ def write_docs_section(path: Path, title: str, section: str) -> None:
     path.write_text("".join(lines[:start]) + section + ("\n" + tail if tail else ""))
 
 
-def docs_section(data: ReportData, figures: Mapping[str, Path], docs_path: Path) -> str:
+def docs_section(
+    data: ReportData,
+    figures: Mapping[str, Path],
+    docs_path: Path,
+    *,
+    data_path: Path = Path("docs/data/learning.json"),
+) -> str:
     records = data.runs
     setting = data.setting
     headline, best = headline_table(records)
@@ -986,8 +992,14 @@ def docs_section(data: ReportData, figures: Mapping[str, Path], docs_path: Path)
         f"on {setting['eval_num_prompts']} held-out prompts × "
         f"{setting['eval_samples_per_prompt']} samples at T = 1, no hint). Each run is the real "
         "launch command (Ray, vLLM CPU engine, DeepSpeed learner) from the same base model; a "
-        "seed changes prompt order, sampling and learner randomness. Written by the harness "
-        "from docs/data/learning.json (`--report-only` redraws it without training)."
+        "seed changes prompt order, sampling and learner randomness."
+        + (
+            f" Every arm also ran with `{' '.join(setting['overrides'])}`."
+            if setting.get("overrides")
+            else ""
+        )
+        + f" Written by the harness from {data_path} (`--report-only` redraws it without "
+        "training)."
     )
     return f"""{SECTION_TITLE}
 
@@ -1042,10 +1054,12 @@ Where an arm loses to {best}, and why:
 
 
 def write_report(
-    data: ReportData, *, docs_path: Path, figures_dir: Path, data_path: Path | None
+    data: ReportData, *, docs_path: Path, figures_dir: Path, data_path: Path, save: bool
 ) -> None:
-    if data_path is not None:
+    """Plot and write the docs section from `data`; `save` first writes it to `data_path`."""
+    if save:
         data.save(data_path)
     figures = plot_figures(data.runs, figures_dir)
     docs_path.parent.mkdir(parents=True, exist_ok=True)
-    write_docs_section(docs_path, SECTION_TITLE, docs_section(data, figures, docs_path))
+    section = docs_section(data, figures, docs_path, data_path=data_path)
+    write_docs_section(docs_path, SECTION_TITLE, section)
