@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -40,7 +40,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 DRIVER = Path(__file__).with_name("fault_driver.py")
 # 16 training prompts, 8 per step: an epoch is 2 steps, so step 2 ends exactly at a boundary.
 SMALL = [
-    "+experiment=ada_seq_balance",
     "model.tiny.sft_steps=120",
     "task.arithmetic.num_train_prompts=16",
     "allocator.prompts_per_step=8",
@@ -64,7 +63,12 @@ def env() -> dict[str, str]:
     return out
 
 
-def driver(run_dir: Path, steps: Path, cache: str, *overrides: str) -> subprocess.Popen[str]:
+SEQ_BALANCE = ("+experiment=ada_seq_balance",)
+
+
+def driver(
+    run_dir: Path, steps: Path, cache: str, *overrides: str, setup: Sequence[str] = SEQ_BALANCE
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -72,6 +76,7 @@ def driver(run_dir: Path, steps: Path, cache: str, *overrides: str) -> subproces
             str(run_dir),
             str(steps),
             *SMALL,
+            *setup,
             f"model.cache_dir={cache}",
             "rollout=hf",
             "cluster.num_cpus=2",
@@ -105,11 +110,13 @@ def drain(process: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
     return thread
 
 
-def kill_after_checkpoint(run_dir: Path, cache: str, steps: Path, *, step: int) -> None:
+def kill_after_checkpoint(
+    run_dir: Path, cache: str, steps: Path, *, step: int, setup: Sequence[str]
+) -> None:
     """Start a driver (resume=auto), SIGKILL it as soon as checkpoint `step` is the latest, and
     check that no process of it survives."""
     lines: list[str] = []
-    process = driver(run_dir, steps, cache, "trainer.total_steps=6")
+    process = driver(run_dir, steps, cache, "trainer.total_steps=6", setup=setup)
     try:
         token = read_token(process, lines)
         drain(process, lines)
@@ -133,8 +140,8 @@ def kill_after_checkpoint(run_dir: Path, cache: str, steps: Path, *, step: int) 
         time.sleep(0.2)
 
 
-def run_to_end(run_dir: Path, cache: str, steps: Path) -> str:
-    process = driver(run_dir, steps, cache, "trainer.total_steps=6")
+def run_to_end(run_dir: Path, cache: str, steps: Path, *, setup: Sequence[str]) -> str:
+    process = driver(run_dir, steps, cache, "trainer.total_steps=6", setup=setup)
     out, _ = process.communicate(timeout=900)
     assert process.returncode == 0, out[-6000:]
     return out
@@ -149,24 +156,46 @@ def records(path: Path) -> dict[int, dict]:
     return by_step
 
 
+# ada_curated: the allocator's per-prompt history (posteriors, skip streaks, pooled priors) and
+# its candidate cursor must come back exactly, or the resumed steps would draw other prompts.
+# Sampling ahead (k = 1, a checkpoint every 2 steps): the kill lands while the learners train
+# step 3 and the engines sample step 4; the resumed run samples step 4 again, once.
 @pytest.mark.timeout(1800)
+@pytest.mark.parametrize(
+    ("setup", "kills"),
+    [
+        (SEQ_BALANCE, (2, 3)),  # exactly at an epoch boundary, then mid-epoch
+        (("+experiment=ada_curated",), (2, 3)),
+        (
+            (
+                *SEQ_BALANCE,
+                "rollout.max_off_policy_steps=1",
+                "learner.loss.ratio_reference=learner",
+                "learner.loss.tis_cap=2",
+                "checkpoint.every_steps=2",
+            ),
+            (2, 4),
+        ),
+    ],
+    ids=["seq_balance", "curated", "seq_balance_sampling_ahead"],
+)
 def test_a_killed_driver_resumes_with_no_prompt_repeated_or_skipped(
-    tmp_path: Path, model_cache: str
+    tmp_path: Path, model_cache: str, setup: tuple[str, ...], kills: tuple[int, int]
 ) -> None:
     reference_steps = tmp_path / "reference.jsonl"
-    run_to_end(tmp_path / "reference", model_cache, reference_steps)
+    run_to_end(tmp_path / "reference", model_cache, reference_steps, setup=setup)
     reference = records(reference_steps)
     assert sorted(reference) == [1, 2, 3, 4, 5, 6]
-    # The data stream: 8 prompts a step, 16 an epoch.
-    assert [reference[s]["cursor"] for s in range(1, 7)] == [
-        [0, 8], [1, 0], [1, 8], [2, 0], [2, 8], [3, 0]
-    ]  # fmt: skip
+    if setup == SEQ_BALANCE:  # The data stream: 8 prompts a step, 16 an epoch.
+        assert [reference[s]["cursor"] for s in range(1, 7)] == [
+            [0, 8], [1, 0], [1, 8], [2, 0], [2, 8], [3, 0]
+        ]  # fmt: skip
 
     run_dir, steps = tmp_path / "killed", tmp_path / "killed.jsonl"
-    kill_after_checkpoint(run_dir, model_cache, steps, step=2)  # exactly at an epoch boundary
-    kill_after_checkpoint(run_dir, model_cache, steps, step=3)  # mid-epoch
-    out = run_to_end(run_dir, model_cache, steps)
-    assert "START 3" in out  # continued after the last checkpoint, not from 0 or 4
+    for step in kills:
+        kill_after_checkpoint(run_dir, model_cache, steps, step=step, setup=setup)
+    out = run_to_end(run_dir, model_cache, steps, setup=setup)
+    assert f"START {kills[-1]}" in out  # continued after the last checkpoint, not from 0
 
     seen = records(steps)
     assert sorted(seen) == [1, 2, 3, 4, 5, 6]
@@ -187,7 +216,12 @@ def session_config(cache: str, run_dir: Path, *overrides: str):
         return load_config(
             compose(
                 config_name="config",
-                overrides=[*SMALL, f"model.cache_dir={cache}", *overrides],
+                overrides=[
+                    "+experiment=ada_seq_balance",
+                    *SMALL,
+                    f"model.cache_dir={cache}",
+                    *overrides,
+                ],
             )
         )
 
