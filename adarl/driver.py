@@ -38,11 +38,12 @@ import numpy as np
 from adarl.allocator.allocator import BudgetAllocator, StepResult
 from adarl.allocator.pool_reward import PoolReward
 from adarl.hints.types import Hint, HintRequest
-from adarl.learner.group import LearnerGroup
+from adarl.learner.group import LearnerGroup, PendingTrainStep
 from adarl.rollout.codec import PromptCodec
 from adarl.types import (
     GenerationRequest,
     GenerationResult,
+    Group,
     PromptRequest,
     Rollout,
     SamplingParams,
@@ -470,7 +471,19 @@ class StepOutcome:
 
 
 class Driver:
-    """Runs steps; owns no algorithm. `adarl.session.TrainingSession` builds it from config."""
+    """Runs steps; owns no algorithm. `adarl.session.TrainingSession` builds it from config.
+
+    With `max_off_policy_steps` = k ≥ 1 the rollout phase of later steps runs while the learners
+    train (`rollout.max_off_policy_steps`):
+
+        phase_t = the phase sampled ahead for t, or collect_groups(t) now
+        learners.start_train_step(batch_t)           # returns at once
+        sample ahead t+1..min(t+k, through)          # engines on the weights they hold
+        learners.finish_train_step(); sync_weights()
+
+    A phase sampled ahead used weights ≤ t-1 and is trained at t' ≤ t+k, so it lags by ≤ k
+    versions. With k = 0 nothing is sampled ahead and a step is exactly the synchronous loop.
+    """
 
     def __init__(
         self,
@@ -486,6 +499,8 @@ class Driver:
         hints: HintGeneratorLike | None = None,
         pool_reward: PoolReward | None = None,
         on_step_end: Callable[[StepOutcome], None] | None = None,
+        max_off_policy_steps: int = 0,
+        max_rollouts: int | None = None,
     ) -> None:
         self.prompts = prompts
         self.codec = codec
@@ -498,23 +513,40 @@ class Driver:
         self.hints = hints
         self.pool_reward = pool_reward
         self.on_step_end = on_step_end
+        self.max_off_policy_steps = max_off_policy_steps
+        self.max_rollouts = max_rollouts  # no step is sampled ahead once this many are trained
         self.timer = StageTimer()
-        self.rollouts_generated = 0  # training rollouts only (evaluation is counted apart)
+        # Training rollouts of the steps run so far (evaluation, and phases sampled ahead and
+        # not yet trained, are counted apart).
+        self.rollouts_generated = 0
         self.tokens_generated = 0
+        self.ahead: dict[int, RolloutPhase] = {}  # step -> its phase, sampled ahead (k ≥ 1)
+        self.dropped_stale_groups = 0
 
     # -- one step, stage by stage ---------------------------------------------------------------
 
-    def step(self, step: int) -> StepOutcome:
+    def step(self, step: int, *, sample_ahead_through: int | None = None) -> StepOutcome:
+        """Run `step`; with k ≥ 1, also sample steps up to min(step + k, sample_ahead_through)
+        while it trains (the session stops at a checkpoint so that none holds samples in
+        flight; None = no limit but k)."""
         step_start = time.perf_counter()
-        with self.timer.stage("data"):
-            examples = self.prompts.next_batch(self.prompts_per_step)
-        with self.timer.stage("rollout"):
-            phase = self.collect_groups(step, examples)
+        phase = self.ahead.pop(step, None)
+        if phase is None:
+            with self.timer.stage("data"):
+                examples = self.prompts.next_batch(self.prompts_per_step)
+            with self.timer.stage("rollout"):
+                phase = self.collect_groups(step, examples)
+        self.rollouts_generated += phase.rollouts
+        self.tokens_generated += phase.tokens
         result = phase.result
+        groups, stale_metrics = self.drop_stale(result.groups)
         with self.timer.stage("batch"):
-            batch = TrainBatch.from_groups(result.groups, pad_token_id=self.codec.pad_token_id)
+            batch = TrainBatch.from_groups(groups, pad_token_id=self.codec.pad_token_id)
         with self.timer.stage("train"):
-            train_metrics = self.train(step, batch, result)
+            training = self.start_training(batch)
+        self.sample_ahead(step, through=sample_ahead_through)
+        with self.timer.stage("train"):
+            train_metrics = self.finish_training(training)
         sync_metrics: dict[str, float] = {}
         if train_metrics["train/skipped_empty_batch"] == 0.0:  # new weights exist only then
             with self.timer.stage("weight_sync"):
@@ -528,6 +560,7 @@ class Driver:
                 "weight sync": sync_metrics,
                 "rollout phase": phase.metrics,
                 "prompt source": self.prompts.metrics(),
+                "pipeline": stale_metrics,
                 "driver": {
                     **timings,
                     "perf/rollouts_total": float(self.rollouts_generated),
@@ -541,8 +574,8 @@ class Driver:
         return outcome
 
     def collect_groups(self, step: int, examples: Sequence[TaskExample]) -> RolloutPhase:
-        """This step's rollout phase (`collect_groups` above), counted in the run's totals."""
-        phase = collect_groups(
+        """This step's rollout phase (`collect_groups` above)."""
+        return collect_groups(
             step,
             examples,
             allocator=self.allocator,
@@ -554,19 +587,58 @@ class Driver:
             pool_reward=self.pool_reward,
             statistics=self.statistics,
         )
-        self.rollouts_generated += phase.rollouts
-        self.tokens_generated += phase.tokens
-        return phase
+
+    def sample_ahead(self, step: int, *, through: int | None) -> None:
+        """While step `step` trains, sample the phases of steps step+1..step+k (k =
+        `max_off_policy_steps`), at most through `through`, while the rollouts trained and
+        sampled ahead stay under `max_rollouts`."""
+        last = step + self.max_off_policy_steps
+        if through is not None:
+            last = min(last, through)
+        for ahead in range(step + 1, last + 1):
+            if ahead in self.ahead:
+                continue
+            sampled = self.rollouts_generated + sum(p.rollouts for p in self.ahead.values())
+            if self.max_rollouts is not None and sampled >= self.max_rollouts:
+                return  # the run ends at `step` or before `ahead`: nothing to sample for
+            with self.timer.stage("rollout_ahead"):
+                examples = self.prompts.next_batch(self.prompts_per_step)
+                self.ahead[ahead] = self.collect_groups(ahead, examples)
+
+    def drop_stale(self, groups: Sequence[Group]) -> tuple[list[Group], dict[str, float]]:
+        """Drop each group with a sample more than `max_off_policy_steps` versions behind the
+        learners (counted); k = 0 checks nothing (its samples are always current)."""
+        if self.max_off_policy_steps == 0:
+            return list(groups), {}
+        current = self.learners.weight_version().version
+        kept = [
+            g
+            for g in groups
+            if all(
+                current - s.rollout.weight_version <= self.max_off_policy_steps for s in g.rollouts
+            )
+        ]
+        self.dropped_stale_groups += len(groups) - len(kept)
+        return kept, {
+            "sampling/dropped_stale_groups": float(self.dropped_stale_groups),
+            "sampling/steps_sampled_ahead": float(len(self.ahead)),
+        }
 
     def statistics(self, request: StatisticsRequest) -> StatisticsReply:
         """A sampler's statistics request, computed by the learners at the current weights."""
         return self.learners.sample_statistics(request, pad_token_id=self.codec.pad_token_id)
 
-    def train(self, step: int, batch: TrainBatch, result: StepResult) -> dict[str, float]:
+    def start_training(self, batch: TrainBatch) -> PendingTrainStep | None:
+        """Send `batch` to the learners; None when there is nothing to learn from (e.g. every
+        prompt collapsed): a deliberate skip, logged by `finish_training`."""
         if batch.num_sequences == 0:
-            # Nothing to learn from (e.g. every prompt collapsed): a deliberate, logged skip.
+            return None
+        return self.learners.start_train_step(batch)
+
+    def finish_training(self, training: PendingTrainStep | None) -> dict[str, float]:
+        if training is None:
             return {"train/skipped_empty_batch": 1.0, "train/sequences": 0.0}
-        trained = self.learners.train_step(batch)
+        trained = self.learners.finish_train_step(training)
         return {**trained.metrics, "train/skipped_empty_batch": 0.0}
 
     def sync_weights(self) -> dict[str, float]:

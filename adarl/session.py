@@ -242,6 +242,8 @@ class TrainingSession:
             pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
             hints=self.hint_generator,
             on_step_end=self.on_step_end,
+            max_off_policy_steps=config.rollout.max_off_policy_steps,
+            max_rollouts=config.trainer.max_rollouts,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
         if not cluster.in_process:  # learners on other nodes write shards the driver verifies
@@ -279,7 +281,7 @@ class TrainingSession:
         last_step = self.start_step
         for step in range(self.start_step + 1, total + 1):
             rollouts_before = self.driver.rollouts_generated
-            outcome = self.driver.step(step)
+            outcome = self.driver.step(step, sample_ahead_through=self._next_checkpoint(step))
             last_step = step
             rollouts = self.driver.rollouts_generated
             out_of_budget = budget is not None and rollouts >= budget
@@ -335,6 +337,14 @@ class TrainingSession:
     def wall_s(self) -> float:
         """This run's wall time so far, across resumes."""
         return self.previous_wall_s + time.perf_counter() - self.started
+
+    def _next_checkpoint(self, step: int) -> int:
+        """The first step ≥ `step` that saves a checkpoint (the last step at the latest):
+        nothing is sampled ahead past it, so no checkpoint holds samples in flight."""
+        total, every = self.config.trainer.total_steps, self.config.checkpoint.every_steps
+        if not every:
+            return total
+        return min(total, -(-step // every) * every)
 
     def _eval_due(self, step: int, rollouts_before: int, rollouts: int, *, final: bool) -> bool:
         """At the last step, every `eval.every_steps` steps, and whenever the training rollouts

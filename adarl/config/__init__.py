@@ -120,6 +120,16 @@ class AdarlConfig:
 
 def validate_combinations(config: AdarlConfig) -> None:
     alloc = config.allocator
+    lag = config.rollout.max_off_policy_steps
+    loss = config.learner.loss
+    if lag and (loss.ratio_reference != "learner" or loss.tis_cap is None):
+        raise ValueError(
+            f"rollout.max_off_policy_steps={lag} trains on samples up to {lag} weight versions "
+            f"old, but learner.loss.ratio_reference={loss.ratio_reference!r} and "
+            f"learner.loss.tis_cap={loss.tis_cap} do not correct for it; set "
+            "learner.loss.ratio_reference=learner learner.loss.tis_cap=2 (decoupled PPO), or "
+            "rollout.max_off_policy_steps=0"
+        )
     if config.hints.schedule != "off":
         streaming = alloc.sampler in ("seq_pos", "seq_balance") and (
             alloc.sequential.mode == "streaming"

@@ -32,6 +32,15 @@
         reproduce a truncated distribution, so its ratio and KL would be taken against a
         different one. Evaluation sampling has its own keys (`eval.*`).
     max_new_tokens: longest response of a training rollout, in tokens.
+    max_off_policy_steps: k, how many weight versions a trained sample may lag the learner.
+        0 (default) = the synchronous loop: sample a step, train it, push the weights. k >= 1:
+        while the learners train step t, the engines sample steps t+1..t+k on the weights
+        they hold (one to k versions behind); nothing is sampled ahead across a checkpoint, so
+        a checkpoint never holds samples in flight. A group with a sample more than k versions
+        behind is dropped and counted (`sampling/dropped_stale_groups`). Needs the staleness
+        correction: learner.loss.ratio_reference=learner and learner.loss.tis_cap set
+        (decoupled PPO: the update is taken against the learner's current policy and each
+        token is re-weighted by min(π_learner/π_engine, tis_cap)).
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 16
+    max_off_policy_steps: int = 0
 
     def sampling_params(self, *, stop_token_ids: tuple[int, ...] = ()) -> SamplingParams:
         from adarl.types import SamplingParams
@@ -116,6 +126,11 @@ class RolloutConfig:
                 "cannot be truncated (the learner cannot reproduce a top-p/top-k distribution, "
                 "so the PPO ratio and KL would compare different policies); set "
                 "rollout.top_p=1.0 and rollout.top_k=0, and lower rollout.temperature instead"
+            )
+        if self.max_off_policy_steps < 0:
+            raise ValueError(
+                f"rollout.max_off_policy_steps={self.max_off_policy_steps} must be >= 0 "
+                "(0 = synchronous)"
             )
         if self.max_new_tokens < 1:
             raise ValueError(f"rollout.max_new_tokens must be >= 1, got {self.max_new_tokens}")

@@ -67,6 +67,16 @@ class PromptGradNorms:
 
 
 @dataclass(frozen=True)
+class PendingTrainStep:
+    """A training step sent to the ranks and not yet waited for (`start_train_step`)."""
+
+    batch: TrainBatch
+    counts: BatchCounts
+    futures: list[Future[RankStepResult]]
+    start: float  # perf_counter when it was sent
+
+
+@dataclass(frozen=True)
 class TrainStepResult:
     metrics: dict[str, float]  # train/*, perf/*, timing/*
     grad_norm: float  # global gradient norm before clipping
@@ -230,6 +240,7 @@ class LearnerGroup:
         self._version = 0
         self._step = 0
         self._last_metrics: dict[str, float] = {}
+        self._pending: PendingTrainStep | None = None
         self._handles: list[_LearnerHandle] = []
         start = time.perf_counter()
         for rank in range(num_learners):
@@ -266,24 +277,39 @@ class LearnerGroup:
 
     def train_step(self, batch: TrainBatch) -> TrainStepResult:
         """One optimizer step on `batch` across all ranks."""
+        return self.finish_train_step(self.start_train_step(batch))
+
+    def start_train_step(self, batch: TrainBatch) -> PendingTrainStep:
+        """Send `batch` to every rank and return at once: the learners train in their own
+        processes (threads in-process) while the caller goes on, e.g. sampling the next step
+        (`rollout.max_off_policy_steps`). `finish_train_step` waits for it; one at a time."""
+        if self._pending is not None:
+            raise RuntimeError("a training step is already in flight; finish it first")
         validate_train_batch(batch)
         start = time.perf_counter()
         counts = BatchCounts.of(batch)
         shards = shard_batch(batch, self.num_learners)
         num_micro = max_micro_batches(shards, self.max_tokens_per_micro_batch)
-        ranks = self._wait(
-            [
-                h.submit(
-                    Learner.train_step,
-                    shard,
-                    num_micro_batches=num_micro,
-                    global_num_tokens=counts.loss_tokens,
-                    global_num_sequences=counts.loss_sequences,
-                )
-                for h, shard in zip(self._handles, shards, strict=True)
-            ],
-            "a learner training step",
-        )
+        futures = [
+            h.submit(
+                Learner.train_step,
+                shard,
+                num_micro_batches=num_micro,
+                global_num_tokens=counts.loss_tokens,
+                global_num_sequences=counts.loss_sequences,
+            )
+            for h, shard in zip(self._handles, shards, strict=True)
+        ]
+        self._pending = PendingTrainStep(batch=batch, counts=counts, futures=futures, start=start)
+        return self._pending
+
+    def finish_train_step(self, pending: PendingTrainStep) -> TrainStepResult:
+        """Wait for the step `start_train_step` sent, then count and report it."""
+        if pending is not self._pending:
+            raise RuntimeError("this training step is not the one in flight")
+        self._pending = None
+        batch, counts, start = pending.batch, pending.counts, pending.start
+        ranks = self._wait(pending.futures, "a learner training step")
         version_trained_on = self._version
         skipped = any(rank.skipped_nonfinite for rank in ranks)
         self._step += 1

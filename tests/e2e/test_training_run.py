@@ -120,7 +120,7 @@ def test_three_steps_on_ray_with_vllm_and_deepspeed(
     assert (tmp_path / "checkpoints" / "step_000003" / "manifest.json").is_file()
 
 
-def _session_steps(run_dir: Path, cache: str, total_steps: int) -> list[dict]:
+def _session_steps(run_dir: Path, cache: str, total_steps: int, *extra: str) -> list[dict]:
     """Run in-process (no Ray) and record each step's data order and allocator decisions."""
     from adarl.session import TrainingSession
 
@@ -133,6 +133,7 @@ def _session_steps(run_dir: Path, cache: str, total_steps: int) -> list[dict]:
         f"trainer.total_steps={total_steps}",
         "checkpoint.every_steps=2",
         "logger.mode=offline",
+        *extra,
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         config = load_config(compose(config_name="config", overrides=overrides))
@@ -154,6 +155,14 @@ def _session_steps(run_dir: Path, cache: str, total_steps: int) -> list[dict]:
                 "learner": tuple(
                     round(outcome.metrics[k], 5)
                     for k in ("train/loss", "train/grad_norm", "train/learning_rate")
+                ),
+                # How many versions the trained samples lag (sampling ahead, if any).
+                "staleness": outcome.metrics["train/staleness_max"],
+                "pipeline_metrics": sorted(
+                    k
+                    for k in outcome.metrics
+                    if k.startswith(("sampling/dropped_stale", "sampling/steps_sampled_ahead"))
+                    or k == "timing/rollout_ahead_s"
                 ),
             }
         )
@@ -182,3 +191,36 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path: Path, model_cache: str) 
     assert resumed == uninterrupted[2:]  # same prompts, same pools, same advantages
     steps = [row["step"] for row in read_metrics_jsonl(tmp_path / "b" / "metrics.jsonl")]
     assert steps == [0, 1, 2, 3, 4]  # nothing lost, nothing logged twice
+    # The synchronous loop (rollout.max_off_policy_steps=0) trains on current weights only and
+    # never samples ahead.
+    assert all(s["staleness"] == 0 and s["pipeline_metrics"] == [] for s in uninterrupted)
+
+
+SAMPLE_AHEAD = (
+    "rollout.max_off_policy_steps=1",
+    "learner.loss.ratio_reference=learner",
+    "learner.loss.tis_cap=2",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sampling_ahead_lags_one_version_and_resumes_exactly(
+    tmp_path: Path, model_cache: str
+) -> None:
+    """k = 1: while step 1 trains, step 2 is sampled on version 0 and trained on version 1; no
+    sampling crosses the checkpoint at step 2, so a resumed run repeats the uninterrupted one:
+    every prompt trained once, none lost."""
+    uninterrupted = _session_steps(tmp_path / "a", model_cache, 4, *SAMPLE_AHEAD)
+    first_half = _session_steps(tmp_path / "b", model_cache, 2, *SAMPLE_AHEAD)
+    resumed = _session_steps(tmp_path / "b", model_cache, 4, *SAMPLE_AHEAD)
+
+    assert [s["staleness"] for s in uninterrupted] == [0, 1, 0, 1]
+    assert all("sampling/dropped_stale_groups" in s["pipeline_metrics"] for s in uninterrupted)
+    assert first_half == uninterrupted[:2]
+    assert resumed == uninterrupted[2:]
+    steps = [row["step"] for row in read_metrics_jsonl(tmp_path / "b" / "metrics.jsonl")]
+    assert steps == [0, 1, 2, 3, 4]
+    rows = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "a" / "metrics.jsonl")}
+    assert rows[2]["sampling/dropped_stale_groups"] == 0  # lag 1 ≤ k: nothing dropped
+    assert "timing/rollout_ahead_s" in rows[1] and "timing/rollout_ahead_s" not in rows[2]

@@ -38,6 +38,8 @@ READ_ELSEWHERE: dict[str, str] = {
     "seed": "the root seed: AdarlConfig.resolve_seeds derives every component seed from it",
     "name": "labels the run: RunSummary.name, the W&B run (config.name in session.py)",
     "allocator.prompts_per_step": "the driver's batch size (session.py builds the Driver)",
+    "rollout.max_off_policy_steps": "the driver's sampling-ahead depth (session.py builds the "
+    "Driver)",
     "model.cache_dir": "where built-ins are cached: resolve_model_config passes it on",
 }
 

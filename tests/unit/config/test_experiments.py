@@ -91,6 +91,16 @@ def test_unknown_key_fails_at_composition() -> None:
         (["allocator.sampler=nope"], "allocator.sampler='nope' is not one of"),
         (["allocator.group.advantage=grpo"], "allocator.group.correction=none"),
         (["cluster.in_process=true", "cluster.learners=2"], "cluster.learners=1"),
+        # Sampling ahead trains stale samples: refused without decoupled PPO's correction.
+        (["rollout.max_off_policy_steps=1"], "set learner.loss.ratio_reference=learner"),
+        (
+            [
+                "rollout.max_off_policy_steps=2",
+                "learner.loss.ratio_reference=learner",
+            ],
+            r"learner.loss.tis_cap=None do not correct",
+        ),
+        (["rollout.max_off_policy_steps=-1"], "must be >= 0"),
     ],
 )
 def test_invalid_combination_names_key_and_fix(overrides: list[str], message: str) -> None:
