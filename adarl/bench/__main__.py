@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "dro": "adarl.bench.dro",  # R3 vs the exact verifier, the variance filter, scoring cost
     "scaling": "adarl.bench.scaling",  # ZeRO-3 loading and weight-broadcast host memory
     "hints": "adarl.bench.hints",  # self-hint parse/leak rates, pass-rate lift per hint level
+    "async": "adarl.bench.pipeline",  # sync vs sampling ahead while learners train: speed, learning
 }
 
 

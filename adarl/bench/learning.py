@@ -87,6 +87,25 @@ ARMS: tuple[Arm, ...] = (
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
     Arm("ada_curated", "ada_curated"),
+    # Sampling ahead while the learners train (issue 20), k = 1 and 2 versions of lag at most,
+    # with decoupled PPO's correction (the ratio against the learner, TIS capped at 2).
+    *(
+        Arm(
+            f"{label}_k{lag}",
+            experiment,
+            (
+                *overrides,
+                f"rollout.max_off_policy_steps={lag}",
+                "learner.loss.ratio_reference=learner",
+                "learner.loss.tis_cap=2",
+            ),
+        )
+        for label, experiment, overrides in (
+            ("ada_seq_balance", "ada_seq_balance", ()),
+            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+        )
+        for lag in (1, 2)
+    ),
 )
 
 
