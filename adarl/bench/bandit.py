@@ -141,7 +141,7 @@ class WeightCheck:
         return (self.mean_gradient - self.target_gradient) / self.se_gradient
 
 
-def _implied(config: AllocatorConfig, p: float) -> float:
+def implied_weight_of(config: AllocatorConfig, p: float) -> float:
     group, seq = config.group, config.sequential
     if config.sampler in ("seq_pos", "seq_balance"):
         rounds = seq.mode == "rounds"
@@ -204,8 +204,17 @@ def measure(
     steps: int,
     latency: LatencyModel,
     seed: int = 0,
+    behaviour: Mapping[float, float] | None = None,
+    tis_cap: float = 2.0,
 ) -> list[WeightCheck]:
-    """Run `steps` rollout phases of `config` on fresh bandit prompts (module docstring)."""
+    """Run `steps` rollout phases of `config` on fresh bandit prompts (module docstring).
+
+    `behaviour` maps a pass rate p of the current policy to the pass rate of the (stale) policy
+    the engine samples from instead: samples lag the learner, as with
+    `rollout.max_off_policy_steps`. ĝ is then the real loss's gradient at the current policy
+    (`stale_gradient`: decoupled PPO with the ratio against the current policy and each sample
+    re-weighted by min(π/μ, tis_cap)), and the target stays the current policy's w(p)·∇p."""
+    behaviour = behaviour or {}
     engine = BanditEngine()
     codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
     group_size = config.group.group_size or config.samples_per_prompt
@@ -218,16 +227,17 @@ def measure(
     drawn: dict[float, list[int]] = {p: [] for p in pass_rates}
     with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
         for step in range(steps):
+            rates = [p for p in pass_rates for _ in range(prompts_per_rate)]
             examples = [
                 TaskExample(
                     prompt_id=f"s{step}b{i}",
-                    prompt=f"b{i}:{p!r}",
+                    prompt=f"b{i}:{behaviour.get(p, p)!r}",  # the engine samples this rate
                     answer="0",
                     task="bandit",
                 )
-                for i, p in enumerate(p for p in pass_rates for _ in range(prompts_per_rate))
+                for i, p in enumerate(rates)
             ]
-            rate = {e.prompt_id: float(e.prompt.split(":")[1]) for e in examples}
+            rate = {e.prompt_id: p for e, p in zip(examples, rates, strict=True)}
             pool = SimulatedRolloutPool(
                 engine=engine,
                 latency=latency,
@@ -249,7 +259,10 @@ def measure(
             for pid, p in rate.items():
                 group = groups.get(pid)
                 g = np.zeros(RESPONSES)  # a prompt that kept no group contributes nothing
-                if group is not None:
+                if group is not None and p in behaviour:
+                    g += stale_gradient(p, group, tis_cap=tis_cap) * group_size
+                    drawn[p].append(group.pool_size)
+                elif group is not None:
                     pi = policy(p)
                     for scored, advantage in zip(group.rollouts, group.advantages, strict=True):
                         action = int(scored.rollout.completion.text)
@@ -284,6 +297,36 @@ def measure(
     return checks
 
 
+def stale_gradient(p: float, group: Group, *, tis_cap: float) -> np.ndarray:  # [4]
+    """ĝ of one group through the learner's real loss (`adarl.algo.loss.policy_loss`) at the
+    current policy π = policy(p), for samples drawn by a stale engine that reported log μ:
+
+        ĝ = -∇_θ L = (1/n)·Σ_j min(π(a_j)/μ(a_j), C)·A_j·(e_{a_j} - π)
+
+    (ratio against the current policy, `ratio_reference=learner`: 1 with gradient ∇ log π;
+    TIS weight C = `tis_cap`), one token per response, normalised by the n trained samples."""
+    from adarl.algo.loss import policy_loss
+
+    n = len(group.rollouts)
+    theta = torch.tensor(np.log(policy(p)), dtype=torch.float64, requires_grad=True)  # [4]
+    actions = torch.tensor([int(s.rollout.completion.text) for s in group.rollouts])
+    logprobs = torch.log_softmax(theta, dim=0)[actions][:, None]  # [n, 1]
+    output = policy_loss(
+        logprobs=logprobs,
+        behaviour_logprobs=torch.tensor(
+            [[s.rollout.completion.logprobs[0]] for s in group.rollouts], dtype=torch.float64
+        ),
+        advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
+        response_mask=torch.ones((n, 1), dtype=torch.bool),
+        global_num_tokens=float(n),
+        global_num_sequences=float(n),
+        proximal_logprobs=logprobs.detach(),
+        tis_cap=tis_cap,
+    )
+    (gradient,) = torch.autograd.grad(output.loss, theta)
+    return -gradient.numpy()
+
+
 def _trial_weight(
     config: AllocatorConfig,
     p: float,
@@ -297,7 +340,7 @@ def _trial_weight(
     Ada-Est and GVM-GRPO (n_i/n̄)·w(p; n_i), GVM-RAFT 1/p̂_i; 0 for a prompt given no samples."""
     if config.sampler not in ("ada_est", "gvm"):
         if p not in unconditional:  # exact and the same for every trial at p: computed once
-            unconditional[p] = _implied(config, p)
+            unconditional[p] = implied_weight_of(config, p)
         return unconditional[p]
     if group is None:
         return 0.0
