@@ -26,6 +26,7 @@ A step:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -319,7 +320,7 @@ def collect_groups(
     """One step's rollout phase: stream requests through the engines until the allocator says
     the step is complete.
 
-        dispatch(allocator.start_step(step, examples))
+        dispatch(allocator.update(begin=(step, examples)))     # one allocator call per wave
         until the allocator reports the step complete:
             if it asks for hints (collapsed prompts, SAGE): get them from `hints` (the hint
                   generator) and hand them back; the allocator re-rolls those prompts on (x, h)
@@ -329,7 +330,8 @@ def collect_groups(
             else: take every result already back, score them together, and hand them to the
                   allocator in one call; dispatch the follow-up draws they unlock
         if a pool reward was built (e.g. DRO's R3): rescore the finished pools with one
-            scoring pass on the engines (adarl/allocator/pool_reward.py)
+            scoring pass on the engines (adarl/allocator/pool_reward.py), then finish the step;
+            otherwise the call that completed the step finished it (no extra round trip)
 
     The driver runs exactly this function; `adarl.bench.sampler` and the component tests run it
     with a simulated rollout pool and its virtual `clock`, so what they measure is this loop.
@@ -359,11 +361,12 @@ def collect_groups(
         rollout.submit(sent)
         dispatching += clock() - start
 
+    # The step's start and finish ride on the waves' allocator calls (one round trip per wave);
+    # a pool reward stage rescores the finished pools first, so it finishes the step itself.
+    finishing = pool_reward is None
     start = clock()
-    first = allocator.start_step(step, examples)
-    state = allocator.update()
+    state = allocator.update(begin=(step, examples), finish_when_complete=finishing)
     in_allocator += clock() - start
-    dispatch(first)
     dispatch(state.requests)
     while not state.complete:
         if state.hints:
@@ -374,7 +377,7 @@ def collect_groups(
                 )
             answers = hints.hints(state.hints)
             start = clock()
-            state = allocator.update(hints=answers)
+            state = allocator.update(hints=answers, finish_when_complete=finishing)
             in_allocator += clock() - start
             dispatch(state.requests)
             continue
@@ -388,14 +391,14 @@ def collect_groups(
             reply = statistics(state.statistics)
             in_statistics += clock() - start
             start = clock()
-            state = allocator.update(statistics=reply)
+            state = allocator.update(statistics=reply, finish_when_complete=finishing)
             in_allocator += clock() - start
             dispatch(state.requests)
             continue
         if state.prompts_wanted:
             batch = prompts.next_batch(state.prompts_wanted)
             start = clock()
-            state = allocator.update(new_examples=batch)
+            state = allocator.update(new_examples=batch, finish_when_complete=finishing)
             in_allocator += clock() - start
             dispatch(state.requests)
             continue
@@ -423,7 +426,7 @@ def collect_groups(
             observed.append((result.request_id, scored[offset : offset + len(rs)]))
             offset += len(rs)
         start = clock()
-        state = allocator.update(results=observed)
+        state = allocator.update(results=observed, finish_when_complete=finishing)
         in_allocator += clock() - start
         dispatch(state.requests)
     stage_metrics: dict[str, float] = {}
@@ -435,11 +438,15 @@ def collect_groups(
         allocator.rescore_pools(rescored)
         in_allocator += clock() - start
     pool_metrics = rollout.metrics()
-    start = clock()
-    result = allocator.finish_step(
-        engine_utilisation=pool_metrics.get("perf/rollout_engine_utilisation")
-    )
-    in_allocator += clock() - start
+    utilisation = pool_metrics.get("perf/rollout_engine_utilisation")
+    result = state.result
+    if result is None:
+        start = clock()
+        result = allocator.finish_step(engine_utilisation=utilisation)
+        in_allocator += clock() - start
+    elif utilisation is not None:  # what finish_step logs when handed it
+        metrics_with = {**result.metrics, "sampling/engine_utilisation": float(utilisation)}
+        result = dataclasses.replace(result, metrics=metrics_with)
     metrics = merge_metrics(
         {
             "rollout pool": pool_metrics,

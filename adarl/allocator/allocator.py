@@ -4,6 +4,8 @@ A plain class (`adarl.cluster` wraps it as a Ray actor; every public method is a
 that it can be called remotely). One step, as the driver runs it (`codec`: `PromptCodec`):
 
     submit(allocator.start_step(step, examples))              # first draws of every prompt
+    # (the driver sends the start, each wave of results and the finish in `update` calls:
+    #  one round trip per wave; see `update`)
     while not allocator.step_complete():
         if (k := allocator.needs_prompts()):                   # dynamic filter refills
             submit(allocator.add_prompts(source.take(k)))       # [] = no prompts left
@@ -88,7 +90,9 @@ class StreamUpdate:
     """The allocator's answer to one `update` call: what to dispatch now, where the step stands.
 
     One call per batch of returned results keeps the driver at one round trip per batch when the
-    allocator is a Ray actor (instead of observe + step_complete + needs_prompts per result).
+    allocator is a Ray actor (instead of observe + step_complete + needs_prompts per result);
+    the step's start and finish ride on the first and last of those calls (`update(begin=...,
+    finish_when_complete=True)`).
     """
 
     requests: tuple[PromptRequest, ...]  # to dispatch now
@@ -100,6 +104,8 @@ class StreamUpdate:
     # Hints the hint stage asks for (collapsed prompts): the driver passes them to the hint
     # generator and its `Hint`s to `update` (adarl/allocator/hint_stage.py).
     hints: tuple[HintRequest, ...] = ()
+    # The finished step, when the call asked for it (`finish_when_complete`) and completed it.
+    result: StepResult | None = None
 
 
 @dataclass
@@ -168,6 +174,11 @@ class BudgetAllocator:
                 f"start_step({step}): step {self._step} is still open; call finish_step() first"
             )
         started = time.perf_counter()
+        requests = self._start_step(step, examples)
+        self._count_call(started)
+        return requests
+
+    def _start_step(self, step: int, examples: Sequence[TaskExample]) -> list[PromptRequest]:
         check_new_prompt_ids([e.prompt_id for e in examples], {}, what="start_step")
         self._reset_step()
         self._step = step
@@ -181,9 +192,7 @@ class BudgetAllocator:
             self._history([e.prompt_id for e in examples]),
             carried_groups=len(self._carried_in),
         )
-        requests = self._dispatch()
-        self._count_call(started)
-        return requests
+        return self._dispatch()
 
     def needs_prompts(self) -> int:
         """How many more prompts the step wants now (dynamic filter); 0 otherwise."""
@@ -258,17 +267,28 @@ class BudgetAllocator:
     def update(
         self,
         *,
+        begin: tuple[int, Sequence[TaskExample]] | None = None,
         results: Sequence[tuple[str, Sequence[ScoredRollout]]] = (),
         new_examples: Sequence[TaskExample] | None = None,
         statistics: StatisticsReply | None = None,
         hints: Sequence[Hint] = (),
+        finish_when_complete: bool = False,
     ) -> StreamUpdate:
-        """Observe every `(request_id, scored rollouts)` of `results` in order; if
-        `new_examples` is given, add them as the answer to `needs_prompts()` (an empty list: the
-        source has none left); if `statistics` is given, it answers the open statistics request.
-        Returns the requests all of it unlocked, any statistics request, and the step's state."""
+        """`begin=(step, examples)` first starts the step (`start_step`). Then observe every
+        `(request_id, scored rollouts)` of `results` in order; if `new_examples` is given, add
+        them as the answer to `needs_prompts()` (an empty list: the source has none left); if
+        `statistics` is given, it answers the open statistics request. Returns the requests all
+        of it unlocked, any statistics request, and the step's state; with
+        `finish_when_complete`, a call that leaves the step complete also finishes it
+        (`finish_step`) and returns its `StepResult`. One call, one round trip."""
         started = time.perf_counter()
         requests: list[PromptRequest] = []
+        if begin is not None:
+            if self._step is not None:
+                raise RuntimeError(
+                    f"update(begin={begin[0]}): step {self._step} is still open; finish it first"
+                )
+            requests += self._start_step(*begin)
         for request_id, scored in results:
             requests += self.observe(request_id, scored)
         if new_examples is not None:
@@ -279,14 +299,18 @@ class BudgetAllocator:
             requests += self._observe_hint(hint)
         request, unlocked = self._poll_statistics()
         requests += unlocked
-        self._count_call(started)
-        return StreamUpdate(
+        update = StreamUpdate(
             requests=tuple(requests),
             prompts_wanted=self.needs_prompts(),
             complete=self.step_complete(),
             statistics=request,
             hints=tuple(self.hints.take_requests()) if self.hints is not None else (),
         )
+        if finish_when_complete and update.complete:
+            result = self._finish_step(engine_utilisation=None, started=started)
+            return dataclasses.replace(update, result=result)
+        self._count_call(started)
+        return update
 
     def _observe_hint(self, hint: Hint) -> list[PromptRequest]:
         """A hint for a collapsed prompt: its new condition (x, h) joins the step as a fresh
@@ -417,7 +441,10 @@ class BudgetAllocator:
         (`RolloutPool.metrics()["perf/rollout_engine_utilisation"]`), logged with the step's
         metrics as `sampling/engine_utilisation`; the allocator cannot see the engines itself.
         """
-        started = time.perf_counter()
+        return self._finish_step(engine_utilisation=engine_utilisation, started=time.perf_counter())
+
+    def _finish_step(self, *, engine_utilisation: float | None, started: float) -> StepResult:
+        """`finish_step`, counted as one call begun at `started` (its own, or `update`'s)."""
         self._require_open("finish_step")
         if not self.step_complete():
             raise RuntimeError(

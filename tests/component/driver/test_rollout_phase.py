@@ -122,3 +122,47 @@ def test_eval_reward_counters_get_their_own_names() -> None:
         "timing/eval_reward_s": 0.5,
         "eval/reward_errors": 1.0,
     }
+
+
+class _Counting:
+    """Counts the calls made on `inner` by method name (everything else passes through)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self.inner, name)
+        if not callable(attribute):
+            return attribute
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+def test_the_allocator_is_called_once_per_wave_with_start_and_finish_riding_along(world) -> None:
+    """Seq-Balance draws in several waves; the allocator (a Ray actor in a real run: each call a
+    round trip) is called once to start and once per wave of returned results, and the step is
+    finished by the call that completed it: no separate start_step/finish_step round trips."""
+    train, _, codec, rollout, rewards = world
+    allocator = _Counting(
+        build_allocator(AllocatorConfig(sampler="seq_balance", prompts_per_step=8))
+    )
+    engines = _Counting(rollout)
+    phase = collect_groups(
+        1,
+        train,
+        allocator=allocator,  # type: ignore[arg-type]
+        rollout=engines,  # type: ignore[arg-type]
+        rewards=rewards,
+        prompts=PromptSource(examples=train, seed=0),
+        codec=codec,
+    )
+    waves = engines.calls["drain_completed"]
+    assert waves >= 2  # adaptive: follow-up draws came back in later waves
+    assert allocator.calls == {"update": waves + 1}
+    assert phase.result.metrics["perf/allocator_calls"] == waves + 1
+    assert phase.result.metrics["sampling/engine_utilisation"] > 0.0
