@@ -14,11 +14,10 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from adarl.config import AdarlConfig
+from adarl.run_summary import RunSummary
 
 log = logging.getLogger("adarl")
 
@@ -26,28 +25,6 @@ log = logging.getLogger("adarl")
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-@dataclass
-class RunSummary:
-    """What `summary.json` holds: a run's outcome without parsing logs."""
-
-    name: str
-    steps: int
-    base_accuracy: float | None  # held-out, no hint, mean over samples at eval temperature;
-    final_accuracy: float | None  # None = the task has no held-out set
-    base_greedy_accuracy: float | None
-    final_greedy_accuracy: float | None
-    rollouts_generated: int
-    tokens_generated: int
-    wall_time_s: float
-    time_per_stage_s: dict[str, float]
-    resumed_from_step: int | None
-    # What the run optimises (adarl.allocator.objective.ObjectiveDeclaration.to_json())
-    objective: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def run(config: AdarlConfig, *, run_dir: Path) -> RunSummary:

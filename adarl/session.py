@@ -28,15 +28,15 @@ from adarl.cluster import blocking_proxy, cluster_nodes, ensure_ray, plan_resour
 from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
-from adarl.hints import build_hint_generator
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
+from adarl.rollout.builders import build_hint_generator
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.pool import build_rollout_pool
-from adarl.run import RunSummary
+from adarl.run_summary import RunSummary
 from adarl.tasks.build import build_prompt_source, build_test_examples
 from adarl.weight_sync.build import build_weight_sync
 

@@ -105,12 +105,12 @@ def measure_level(
     from adarl.config.dro import DroFilterConfig
     from adarl.config.model import TINY_ARITHMETIC, TinyModelConfig
     from adarl.models.loading import load_tokenizer, resolve_model_path
+    from adarl.reward.arithmetic_reflection import ArithmeticRestatement
     from adarl.reward.exact import ExactMatchVerifier
     from adarl.reward.r3 import AnswerMarkerTemplate, R3PoolReward
     from adarl.rollout.codec import PromptCodec
     from adarl.rollout.pool import RolloutPool
     from adarl.tasks.arithmetic import arithmetic_test_split
-    from adarl.tasks.arithmetic_reflection import ArithmeticRestatement
     from adarl.types import PromptRequest, SamplingParams, ScoredRollout
 
     path = resolve_model_path(

@@ -50,11 +50,11 @@ def measure_model(
 ) -> ModelReport:
     from adarl.config.hints import HintsConfig
     from adarl.config.model import TINY_ARITHMETIC, TinyModelConfig
-    from adarl.hints.generator import build_hint_generator
     from adarl.hints.quality import measure_hint_quality
     from adarl.models.loading import resolve_model_path
     from adarl.models.tiny import read_build_info
     from adarl.reward.exact import ExactMatchVerifier
+    from adarl.rollout.builders import build_hint_generator
     from adarl.rollout.codec import PromptCodec
     from adarl.rollout.hf_engine import HFEngine
     from adarl.tasks.arithmetic import arithmetic_test_split

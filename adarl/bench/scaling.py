@@ -249,7 +249,7 @@ def _layouts(model_dir: str, bucket_bytes: int) -> list[Any]:
     from safetensors import safe_open
 
     from adarl.learner.learner import WeightInfo
-    from adarl.weight_sync.buckets import plan_buckets
+    from adarl.weight_transport import plan_buckets
 
     dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
     with safe_open(f"{model_dir}/model.safetensors", framework="pt") as handle:
@@ -270,12 +270,8 @@ def run_receive_member(
     """The sender or the receiver of one push (call in a fresh process; both at once)."""
     import torch
 
-    from adarl.weight_sync.broadcast import (
-        WeightBroadcastSender,
-        create_broadcast_group,
-        join_broadcast_group,
-        receive_broadcast,
-    )
+    from adarl.weight_sync.broadcast import join_broadcast_group, receive_broadcast
+    from adarl.weight_transport import WeightBroadcastSender, create_broadcast_group
 
     torch.set_num_threads(1)
     if member == "sender":

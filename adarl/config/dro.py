@@ -16,7 +16,7 @@ build_variance_filter` (the filter, wrapping whatever sampler `allocator.sampler
     template: how a rollout conditions the reference answer: "answer_marker" (the prompt, the
         completion before its last `answer_marker`, then the marker) or "arithmetic_restatement"
         (the built-in arithmetic task, whose tiny policy answers without reasoning: the rollout's
-        answer restated as "<answer>+0=", adarl/tasks/arithmetic_reflection.py; needs
+        answer restated as "<answer>+0=", adarl/reward/arithmetic_reflection.py; needs
         `task.source=arithmetic`).
     answer_marker: the marker of "answer_marker" (include a space the policy writes after it).
     certainty: the per-token quantity R3 sums and the deviation is taken of: "prob" (the token's

@@ -1,6 +1,7 @@
 """Structured config of hinting (SAGE): when a collapsed prompt gets a hint, of which level, and
-who writes it. Builders: `adarl.hints.build_hint_schedule`, `adarl.hints.build_hint_generator`,
-`adarl.hints.build_collapse_rule`. Levels, schedules and formats: docs/algorithms.md "Hints".
+who writes it. Builders: `adarl.hints.build_hint_schedule`,
+`adarl.rollout.builders.build_hint_generator`, `adarl.hints.build_collapse_rule`. Levels,
+schedules and formats: docs/algorithms.md "Hints".
 
 `HintsConfig`
     schedule: "off" (default: no hints; evaluation never has one either way), "sage" (escalate

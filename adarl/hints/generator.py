@@ -7,7 +7,8 @@
 
 A plain class (the lead wraps it as a Ray actor in adarl/cluster.py). `self` generates through
 the `generate` callable it is given (the rollout pool's synchronous `generate`, so hints come
-from the current weights); `model` through its own engine (`build_hint_generator`).
+from the current weights); `model` through its own engine (`build_hint_generator`, in
+adarl/rollout/builders.py: it builds that engine).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
-from adarl.config.hints import DEFAULT_PROMPT_TEMPLATE, DEFAULT_SHOW_TEMPLATE, HintsConfig
-from adarl.config.rollout import RolloutConfig
-from adarl.config.seeds import seed_or_default
+from adarl.config.hints import DEFAULT_PROMPT_TEMPLATE, DEFAULT_SHOW_TEMPLATE
 from adarl.hints.format import (
     LEVELS,
     ParsedLevels,
@@ -30,10 +30,28 @@ from adarl.hints.format import (
 )
 from adarl.hints.template import hint_mode_solution, template_levels, template_unusable_reason
 from adarl.hints.types import Hint, HintRequest
-from adarl.rollout.codec import PromptCodec
 from adarl.types import GenerationRequest, GenerationResult, SamplingParams, TaskExample
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 GenerateFn = Callable[[list[GenerationRequest]], list[GenerationResult]]
+
+
+class HintCodec(Protocol):
+    """What hints need of a prompt codec (`adarl.rollout.codec.PromptCodec`). A protocol, not
+    an import: rollout's engines load the tiny model whose warm start teaches the hint formats,
+    so hints must not depend on rollout."""
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase: ...
+
+    @property
+    def sampling(self) -> SamplingParams: ...
+
+    def prompt_token_ids(self, text: str) -> tuple[int, ...]: ...
+
+
 # A prompt without a reference solution gets no hint (counted as unavailable), not an error: a
 # file task may have solutions for only some rows.
 _NO_SOLUTION = "the example has no reference_solution to derive a hint from"
@@ -76,7 +94,7 @@ class HintGenerator:
         fallback: str = "template",
         retries: int = 2,
         generate: GenerateFn | None = None,
-        codec: PromptCodec | None = None,
+        codec: HintCodec | None = None,
         sampling: SamplingParams | None = None,
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         show_template: str = DEFAULT_SHOW_TEMPLATE,
@@ -250,73 +268,3 @@ class HintGenerator:
                 or self._codec.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             )
         return texts
-
-
-def build_hint_generator(
-    config: HintsConfig,
-    *,
-    generate: GenerateFn | None,
-    codec: PromptCodec,
-    rollout: RolloutConfig | None = None,
-) -> HintGenerator:
-    """The generator `config` describes.
-
-    `generate`: the rollout pool's synchronous `generate` (used by `source=self`); `codec`: the
-    policy's prompt codec (its tokenizer and stop tokens). `source=model` builds the hint
-    model's own engine from `rollout` (the run's rollout settings) with
-    `adarl.rollout.builders.build_engine`, and its own codec from the hint model's tokenizer."""
-    config.validate()
-    seed = seed_or_default(config.seed)
-    common = {
-        "source": config.source,
-        "fallback": config.fallback,
-        "retries": config.retries,
-        "prompt_template": config.prompt_template,
-        "show_template": config.show_template,
-        "seed": seed,
-    }
-    if config.source == "template":
-        return HintGenerator(**common)
-    if config.source == "self":
-        if generate is None:
-            raise ValueError(
-                "hints.source=self writes hints with the policy: pass generate= (the rollout "
-                "pool's synchronous generate)"
-            )
-        return HintGenerator(
-            **common,
-            generate=generate,
-            codec=codec,
-            sampling=_sampling(config, codec),
-        )
-    if rollout is None:
-        raise ValueError(
-            "hints.source=model builds the hint model's engine from the rollout settings: "
-            "pass rollout= (the run's RolloutConfig)"
-        )
-    from adarl.models.loading import load_tokenizer, resolve_model_path
-    from adarl.rollout.builders import build_engine
-
-    assert config.model is not None  # validated
-    model_path = resolve_model_path(config.model)
-    engine = build_engine(rollout, model_path=model_path)
-    tokenizer = load_tokenizer(model_path)
-    eos = tokenizer.eos_token_id
-    hint_codec = PromptCodec(
-        tokenizer=tokenizer,
-        sampling=SamplingParams(stop_token_ids=() if eos is None else (int(eos),)),
-    )
-    return HintGenerator(
-        **common,
-        generate=engine.generate,
-        codec=hint_codec,
-        sampling=_sampling(config, hint_codec),
-    )
-
-
-def _sampling(config: HintsConfig, codec: PromptCodec) -> SamplingParams:
-    return SamplingParams(
-        temperature=config.temperature,
-        max_new_tokens=config.max_hint_tokens,
-        stop_token_ids=codec.sampling.stop_token_ids,
-    )

@@ -19,9 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from adarl.hints.format import LEVELS
-from adarl.hints.generator import GenerateFn, HintGenerator
+from adarl.hints.generator import GenerateFn, HintCodec, HintGenerator
 from adarl.hints.types import HintRequest
-from adarl.rollout.codec import PromptCodec
 from adarl.types import GenerationRequest, SamplingParams, TaskExample
 
 Verify = Callable[[TaskExample, str], bool]
@@ -58,7 +57,7 @@ class HintQualityReport:
 
 def _pass_rates(
     generate: GenerateFn,
-    codec: PromptCodec,
+    codec: HintCodec,
     items: Sequence[tuple[TaskExample, str]],
     *,
     samples: int,
@@ -91,7 +90,7 @@ def _mean(values: Sequence[float]) -> float:
 def measure_hint_quality(
     *,
     generate: GenerateFn,
-    codec: PromptCodec,
+    codec: HintCodec,
     examples: Sequence[TaskExample],
     verify: Verify,
     self_hints: HintGenerator,

@@ -61,8 +61,7 @@ from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
 from adarl.types import TrainBatch
 
 if TYPE_CHECKING:
-    from adarl.weight_sync.broadcast import WeightBroadcastSender
-    from adarl.weight_sync.buckets import BucketLayout
+    from adarl.weight_transport import BucketLayout, WeightBroadcastSender
 
 logger = logging.getLogger(__name__)
 
@@ -752,7 +751,7 @@ class Learner:
         timeout_s: float,
     ) -> None:
         """Rank 0 joins the weight-broadcast group as its root (adarl/weight_sync/broadcast.py)."""
-        from adarl.weight_sync.broadcast import WeightBroadcastSender, create_broadcast_group
+        from adarl.weight_transport import WeightBroadcastSender, create_broadcast_group
 
         if self.rank != 0:
             raise RuntimeError("only learner rank 0 sends weights")

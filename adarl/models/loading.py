@@ -62,11 +62,11 @@ def default_cache_dir() -> Path:
 
 
 def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
-    from adarl.hints.warm_start import task_pairs_with_hints
+    from adarl.models.hint_warm_start import task_pairs_with_hints
     from adarl.tasks.arithmetic import sample_examples
 
     # One fresh i.i.d. train-split draw per training example: nothing repeats to be memorised.
-    # A share of them is shown with a hint (adarl/hints/warm_start.py).
+    # A share of them is shown with a hint (adarl/models/hint_warm_start.py).
     examples = sample_examples("train", tiny.sft_steps * tiny.sft_batch_size, seed=tiny.sft_seed)
     return task_pairs_with_hints(examples, seed=tiny.sft_seed)
 
@@ -74,8 +74,8 @@ def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
 def _arithmetic_fingerprint() -> str:
     # The generator's source and default mix stand in for the data: hashing ~40k generated
     # pairs would cost seconds on every load, this costs microseconds and still changes
-    # whenever the task's code or levels do (and the hint rows', adarl/hints/warm_start.py).
-    from adarl.hints.warm_start import hint_data_fingerprint
+    # whenever the task's code or levels do (and the hint rows', adarl/models/hint_warm_start.py).
+    from adarl.models.hint_warm_start import hint_data_fingerprint
     from adarl.tasks import arithmetic
 
     digest = hashlib.sha256(inspect.getsource(arithmetic).encode())
@@ -84,7 +84,7 @@ def _arithmetic_fingerprint() -> str:
 
 
 def _arithmetic_hint_mode(tiny: TinyModelConfig) -> list[AuxiliaryPairs]:
-    from adarl.hints.warm_start import arithmetic_hint_mode_auxiliary
+    from adarl.models.hint_warm_start import arithmetic_hint_mode_auxiliary
 
     return arithmetic_hint_mode_auxiliary(tiny.sft_steps, seed=tiny.sft_seed)
 

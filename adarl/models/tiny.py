@@ -8,7 +8,7 @@ The warm start is plain supervised fine-tuning on (prompt, answer) pairs of a ta
 the sequence is `<bos> prompt answer <eos>` and the loss covers only `answer <eos>`. It is short on
 purpose: the goal is a base policy with a spread of pass rates for RL to improve, not a solved task.
 Auxiliary sets (`AuxiliaryPairs`) are trained alongside with their own loss term. The built-in
-arithmetic model learns the two hint formats (adarl/hints/warm_start.py): a share of its task
+arithmetic model learns the two hint formats (adarl/models/hint_warm_start.py): a share of its task
 pairs is shown with a hint, and the hint mode (writing hints from a reference solution) is an
 auxiliary set.
 
@@ -56,7 +56,8 @@ class WarmStartStats:
 @dataclass(frozen=True)
 class AuxiliaryPairs:
     """Extra (prompt, answer) pairs trained alongside a warm start's task pairs, `batch_size`
-    of them per step with their own loss term (the hint formats: adarl/hints/warm_start.py)."""
+    of them per step with their own loss term (the hint formats:
+    adarl/models/hint_warm_start.py)."""
 
     name: str
     pairs: Sequence[tuple[str, str]]
@@ -141,7 +142,7 @@ def warm_start(
 ) -> WarmStartStats:
     """Supervised training on `pairs` (prompt, answer); loss on the answer and `<eos>` only.
 
-    Each `auxiliary` set (e.g. the hint formats, adarl/hints/warm_start.py) is trained
+    Each `auxiliary` set (e.g. the hint formats, adarl/models/hint_warm_start.py) is trained
     alongside: every step adds the mean answer loss of `batch_size` of its pairs to the task
     pairs' loss. The task pairs are drawn in the same order with or without them."""
     if steps > 0 and not pairs:

@@ -18,7 +18,7 @@ with (the verifier's): the correlation the issue asks for, on any task that has 
 
 Templates: `AnswerMarkerTemplate` (reasoning = the completion before an answer marker such as
 "Answer:", for tasks whose responses reason first) and, for the built-in arithmetic task whose
-tiny policy answers without reasoning, `adarl.tasks.arithmetic_reflection.ArithmeticRestatement`.
+tiny policy answers without reasoning, `adarl.reward.arithmetic_reflection.ArithmeticRestatement`.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def build_pool_reward(
         return None
     template: ReflectionTemplate
     if config.template == "arithmetic_restatement":
-        from adarl.tasks.arithmetic_reflection import ArithmeticRestatement
+        from adarl.reward.arithmetic_reflection import ArithmeticRestatement
 
         template = ArithmeticRestatement(tokenizer=tokenizer)
     else:

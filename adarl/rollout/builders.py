@@ -1,14 +1,21 @@
-"""`build_engine`: translate a `RolloutConfig` into an engine (`build_rollout_pool`: pool.py)."""
+"""`build_engine`: translate a `RolloutConfig` into an engine (`build_rollout_pool`: pool.py).
+
+`build_hint_generator` is here too, not in adarl/hints: its `model` source builds an engine, and
+the engines load the tiny model whose warm start teaches the hint formats (rollout → hints only).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from adarl.config.hints import HintsConfig
 from adarl.config.rollout import RolloutConfig
 from adarl.config.seeds import seed_or_default
+from adarl.hints.generator import GenerateFn, HintCodec, HintGenerator
 from adarl.rollout.base import RolloutEngine
 from adarl.rollout.fake import FakeEngine, FakePrompt
+from adarl.types import SamplingParams
 
 
 def engine_class_and_kwargs(
@@ -68,3 +75,73 @@ def build_engine(
         config, model_path=model_path, fake_script=fake_script
     )
     return engine_class(**kwargs)
+
+
+def build_hint_generator(
+    config: HintsConfig,
+    *,
+    generate: GenerateFn | None,
+    codec: HintCodec,
+    rollout: RolloutConfig | None = None,
+) -> HintGenerator:
+    """The generator `config` describes.
+
+    `generate`: the rollout pool's synchronous `generate` (used by `source=self`); `codec`: the
+    policy's prompt codec (its tokenizer and stop tokens). `source=model` builds the hint
+    model's own engine from `rollout` (the run's rollout settings) with `build_engine`, and its
+    own codec from the hint model's tokenizer."""
+    config.validate()
+    seed = seed_or_default(config.seed)
+    common = {
+        "source": config.source,
+        "fallback": config.fallback,
+        "retries": config.retries,
+        "prompt_template": config.prompt_template,
+        "show_template": config.show_template,
+        "seed": seed,
+    }
+    if config.source == "template":
+        return HintGenerator(**common)
+    if config.source == "self":
+        if generate is None:
+            raise ValueError(
+                "hints.source=self writes hints with the policy: pass generate= (the rollout "
+                "pool's synchronous generate)"
+            )
+        return HintGenerator(
+            **common,
+            generate=generate,
+            codec=codec,
+            sampling=_sampling(config, codec),
+        )
+    if rollout is None:
+        raise ValueError(
+            "hints.source=model builds the hint model's engine from the rollout settings: "
+            "pass rollout= (the run's RolloutConfig)"
+        )
+    from adarl.models.loading import load_tokenizer, resolve_model_path
+    from adarl.rollout.codec import PromptCodec
+
+    assert config.model is not None  # validated
+    model_path = resolve_model_path(config.model)
+    engine = build_engine(rollout, model_path=model_path)
+    tokenizer = load_tokenizer(model_path)
+    eos = tokenizer.eos_token_id
+    hint_codec = PromptCodec(
+        tokenizer=tokenizer,
+        sampling=SamplingParams(stop_token_ids=() if eos is None else (int(eos),)),
+    )
+    return HintGenerator(
+        **common,
+        generate=engine.generate,
+        codec=hint_codec,
+        sampling=_sampling(config, hint_codec),
+    )
+
+
+def _sampling(config: HintsConfig, codec: HintCodec) -> SamplingParams:
+    return SamplingParams(
+        temperature=config.temperature,
+        max_new_tokens=config.max_hint_tokens,
+        stop_token_ids=codec.sampling.stop_token_ids,
+    )

@@ -22,105 +22,29 @@ Design (the usual one for colocated-free GPU RL, cf. OpenRLHF/verl's NCCL weight
 
 The group works with backend "nccl" (GPUs; NCCL needs one distinct GPU per member) or "gloo"
 (CPU tensors, or CUDA tensors staged through the host; what the CPU tests use, and the fallback
-for a learner and an engine sharing one GPU).
+for a learner and an engine sharing one GPU). The wire itself (bucket layout, the group, its
+sender and receiver ends) is adarl/weight_transport.py, which the learner imports too.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from adarl.weight_sync.base import WeightSyncReport, call_on_engine, is_actor_handle, wait_all
-from adarl.weight_sync.buckets import (
+from adarl.weight_transport import (
+    STORE_PREFIX,
     BucketLayout,
-    empty_buffers,
-    flatten_bucket,
+    WeightBroadcastReceiver,
+    create_broadcast_group,
     plan_buckets,
-    unflatten_bucket,
 )
 
 if TYPE_CHECKING:
     from adarl.learner.group import LearnerGroup
-
-STORE_PREFIX = "adarl_weight_broadcast"
-
-
-def create_broadcast_group(
-    *,
-    master_addr: str,
-    master_port: int,
-    rank: int,
-    world_size: int,
-    backend: str,
-    timeout_s: float,
-) -> Any:
-    """A standalone torch.distributed backend (not the default group); blocks until all join."""
-    import torch.distributed as dist
-
-    timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(
-        master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout
-    )
-    prefixed = dist.PrefixStore(STORE_PREFIX, store)
-    if backend == "gloo":
-        return dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
-    if backend == "nccl":
-        if not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL"):
-            raise RuntimeError("weight_sync backend 'nccl' needs CUDA and a CUDA build of torch")
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
-    raise ValueError(f"broadcast backend must be 'nccl' or 'gloo', got {backend!r}")
-
-
-def broadcast_buffers(group: Any, buffers: Sequence[torch.Tensor]) -> None:
-    """Broadcast every buffer in place from rank 0 of `group`."""
-    import torch.distributed as dist
-
-    options = dist.BroadcastOptions()
-    options.rootRank = 0
-    for buffer in buffers:
-        group.broadcast([buffer], options).wait()
-
-
-class WeightBroadcastSender:
-    """Learner rank 0's end: packs and broadcasts buckets."""
-
-    def __init__(self, *, group: Any, device: torch.device) -> None:
-        self._group = group
-        self._device = device
-
-    def send(self, layout: BucketLayout, tensors: dict[str, torch.Tensor]) -> None:
-        broadcast_buffers(self._group, flatten_bucket(layout, tensors, device=self._device))
-
-
-class WeightBroadcastReceiver:
-    """An engine's end: receives buckets into fresh buffers and returns named views."""
-
-    def __init__(self, *, group: Any, device: torch.device) -> None:
-        self._group = group
-        self._device = device
-        self.buckets_received = 0  # over this receiver's life
-
-    def stream(self, layouts: Sequence[BucketLayout]) -> Iterator[tuple[str, torch.Tensor]]:
-        """(name, tensor) in plan order; bucket k+1 is received only after every tensor of
-        bucket k was taken, and a bucket's buffers live only as long as the consumer keeps
-        views of them."""
-        for layout in layouts:
-            buffers = empty_buffers(layout, device=self._device)
-            broadcast_buffers(self._group, buffers)
-            self.buckets_received += 1
-            yield from unflatten_bucket(layout, buffers).items()
-            del buffers
-
-    def receive(self, layouts: Sequence[BucketLayout]) -> dict[str, torch.Tensor]:
-        """Every bucket, materialised as one dict (a full extra copy; prefer `stream`)."""
-        return dict(self.stream(layouts))
-
 
 # Receivers living in this (engine) process, by group name: the engine object itself stays
 # untouched, and a process can serve several groups (e.g. after a learner restart).

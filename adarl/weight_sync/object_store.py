@@ -33,7 +33,7 @@ from adarl.weight_sync.base import (
     is_actor_handle,
     load_buckets,
 )
-from adarl.weight_sync.buckets import plan_buckets
+from adarl.weight_transport import plan_buckets
 
 if TYPE_CHECKING:
     from adarl.learner.group import LearnerGroup

@@ -163,13 +163,8 @@ def _stream_member(rank: int, port: int, backend: str, model_dir: str, out_dir: 
 
     from adarl.learner.learner import WeightInfo
     from adarl.rollout.hf_engine import HFEngine
-    from adarl.weight_sync.broadcast import (
-        WeightBroadcastSender,
-        create_broadcast_group,
-        join_broadcast_group,
-        receive_broadcast,
-    )
-    from adarl.weight_sync.buckets import plan_buckets
+    from adarl.weight_sync.broadcast import join_broadcast_group, receive_broadcast
+    from adarl.weight_transport import WeightBroadcastSender, create_broadcast_group, plan_buckets
 
     device = torch.device("cuda", rank if torch.cuda.device_count() > 1 else 0)
     torch.cuda.set_device(device)

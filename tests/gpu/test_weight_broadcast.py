@@ -55,7 +55,7 @@ def _weights(device: str) -> dict[str, torch.Tensor]:
 
 
 def test_buckets_round_trip_cuda_tensors() -> None:
-    from adarl.weight_sync.buckets import flatten_bucket, plan_buckets, unflatten_bucket
+    from adarl.weight_transport import flatten_bucket, plan_buckets, unflatten_bucket
 
     weights = _weights("cuda")
     layouts = plan_buckets(SPECS, BUCKET_BYTES)
@@ -75,12 +75,12 @@ def _free_port() -> int:
 
 def _member(rank: int, port: int, backend: str, out_dir: str) -> None:
     """Rank 0 sends `_weights`, rank 1 receives them; rank 1 saves what it got."""
-    from adarl.weight_sync.broadcast import (
+    from adarl.weight_transport import (
         WeightBroadcastReceiver,
         WeightBroadcastSender,
         create_broadcast_group,
+        plan_buckets,
     )
-    from adarl.weight_sync.buckets import plan_buckets
 
     device = torch.device("cuda", rank if torch.cuda.device_count() > 1 else 0)
     torch.cuda.set_device(device)

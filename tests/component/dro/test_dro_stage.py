@@ -3,7 +3,7 @@ reward pool (exact verifier) and variance filter, the R3 stage and a simulated r
 the scripted `FakeEngine`.
 
 The fake engine plays the policy twice: it answers the arithmetic prompts at scripted pass rates,
-and it answers the R3 restatements "c+0=" (adarl/tasks/arithmetic_reflection.py) with c at
+and it answers the R3 restatements "c+0=" (adarl/reward/arithmetic_reflection.py) with c at
 probability Q = 0.81, else one of c's three scripted neighbours. The fake spreads a response's
 log-probability evenly over its tokens, so scored after the restatement of a rollout's answer c,
 each of the reference's L tokens ("a<eos>", L = len(a) + 1) has probability
@@ -31,13 +31,13 @@ from adarl.allocator.variance_filter import VarianceFilter
 from adarl.config.allocator import AllocatorConfig, GroupConfig
 from adarl.driver import RolloutPhase, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
+from adarl.reward.arithmetic_reflection import RESTATEMENT_SUFFIX, ArithmeticRestatement
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
 from adarl.reward.r3 import R3PoolReward
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt, wrong_answers
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
-from adarl.tasks.arithmetic_reflection import RESTATEMENT_SUFFIX, ArithmeticRestatement
 from adarl.types import GenerationRequest, SamplingParams, TaskExample
 
 Q = 0.81

@@ -2,10 +2,10 @@
 
 The model is the embedded default's warm start (`model.tiny.sft_steps=300`,
 adarl/conf/model/tiny_arithmetic.yaml), which learns the hint formats alongside the task
-(adarl/hints/warm_start.py). Measured on the 128 held-out prompts below (2026-11-22, CPU): greedy
-hint mode parses 100% of the time (128 of 128) and 0.5% of the levels it writes state the answer;
-at T = 1 with two retries 82% of the 158 generations parse and all 128 prompts get a level-3
-hint.
+(adarl/models/hint_warm_start.py). Measured on the 128 held-out prompts below (2026-11-22, CPU):
+greedy hint mode parses 100% of the time (128 of 128) and 0.5% of the levels it writes state the
+answer; at T = 1 with two retries 82% of the 158 generations parse and all 128 prompts get a
+level-3 hint.
 
 Heavy (`pytest -m heavy tests/component/hints`): the 300-step warm start these tests need is
 trained for them alone (about 80 s), and `python -m adarl.bench hints` measures the same
@@ -24,8 +24,9 @@ import torch
 from adarl.config.hints import HintsConfig
 from adarl.config.model import TINY_ARITHMETIC, TinyModelConfig
 from adarl.config.rollout import RolloutConfig
-from adarl.hints import HintRequest, build_hint_generator, template_levels
+from adarl.hints import HintRequest, template_levels
 from adarl.models.loading import resolve_model_path
+from adarl.rollout.builders import build_hint_generator
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.hf_engine import HFEngine
 from adarl.tasks.arithmetic import arithmetic_test_split

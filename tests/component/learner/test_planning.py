@@ -14,7 +14,7 @@ from adarl.learner.batching import (
 )
 from adarl.learner.synthetic import synthetic_train_batch
 from adarl.types import TrainBatch
-from adarl.weight_sync.buckets import flatten_bucket, plan_buckets, unflatten_bucket
+from adarl.weight_transport import flatten_bucket, plan_buckets, unflatten_bucket
 
 from .conftest import small_batch
 

@@ -18,14 +18,13 @@ import torch
 
 from adarl.learner.learner import WeightInfo, free_port
 from adarl.rollout.hf_engine import HFEngine
-from adarl.weight_sync.broadcast import (
-    _RECEIVERS,
+from adarl.weight_sync.broadcast import _RECEIVERS, join_broadcast_group, receive_broadcast
+from adarl.weight_transport import (
+    BucketLayout,
     WeightBroadcastSender,
     create_broadcast_group,
-    join_broadcast_group,
-    receive_broadcast,
+    plan_buckets,
 )
-from adarl.weight_sync.buckets import BucketLayout, plan_buckets
 
 TIMEOUT_S = 60.0
 

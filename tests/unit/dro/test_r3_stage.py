@@ -12,8 +12,8 @@ import pytest
 from adarl.allocator.pool_reward import FinishedPool
 from adarl.config.dro import DroConfig, DroFilterConfig
 from adarl.models.tokenizer import build_char_tokenizer
+from adarl.reward.arithmetic_reflection import ArithmeticRestatement
 from adarl.reward.r3 import AnswerMarkerTemplate, R3PoolReward, build_pool_reward
-from adarl.tasks.arithmetic_reflection import ArithmeticRestatement
 from adarl.types import Completion, FinishReason, Rollout, ScoredRollout, TaskExample
 
 TOKENIZER = build_char_tokenizer()

@@ -1,15 +1,22 @@
-"""Size-bounded buckets of weights, and their flat (one buffer per dtype) wire layout.
+"""How weights travel between processes: size-bounded buckets, their flat wire layout, and the
+broadcast group that carries them.
 
 Both sync paths move weights bucket by bucket so that no single message, gather or buffer holds
 more than `bucket_size_bytes` (a tensor larger than the bound travels alone). The plan depends
 only on the weights' names, shapes and dtypes, so sender and receivers compute the same one.
+The broadcast group and its two ends are the GPU path's transport (adarl/weight_sync/broadcast.py
+has the design).
+
+Shared by the learner (rank 0 sends) and adarl/weight_sync (plans, receives); it imports neither,
+so that weight_sync → learner stays the one direction between them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import timedelta
+from typing import Any, Protocol
 
 import torch
 
@@ -127,3 +134,81 @@ def unflatten_bucket(
         e.name: by_dtype[e.dtype][e.offset : e.offset + e.numel].view(e.shape)
         for e in layout.entries
     }
+
+
+# -- the broadcast group --------------------------------------------------------------------
+
+STORE_PREFIX = "adarl_weight_broadcast"
+
+
+def create_broadcast_group(
+    *,
+    master_addr: str,
+    master_port: int,
+    rank: int,
+    world_size: int,
+    backend: str,
+    timeout_s: float,
+) -> Any:
+    """A standalone torch.distributed backend (not the default group); blocks until all join."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s)
+    store = dist.TCPStore(
+        master_addr, master_port, world_size, is_master=rank == 0, timeout=timeout
+    )
+    prefixed = dist.PrefixStore(STORE_PREFIX, store)
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
+    if backend == "nccl":
+        if not torch.cuda.is_available() or not hasattr(dist, "ProcessGroupNCCL"):
+            raise RuntimeError("weight_sync backend 'nccl' needs CUDA and a CUDA build of torch")
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
+    raise ValueError(f"broadcast backend must be 'nccl' or 'gloo', got {backend!r}")
+
+
+def broadcast_buffers(group: Any, buffers: Sequence[torch.Tensor]) -> None:
+    """Broadcast every buffer in place from rank 0 of `group`."""
+    import torch.distributed as dist
+
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    for buffer in buffers:
+        group.broadcast([buffer], options).wait()
+
+
+class WeightBroadcastSender:
+    """Learner rank 0's end: packs and broadcasts buckets."""
+
+    def __init__(self, *, group: Any, device: torch.device) -> None:
+        self._group = group
+        self._device = device
+
+    def send(self, layout: BucketLayout, tensors: dict[str, torch.Tensor]) -> None:
+        broadcast_buffers(self._group, flatten_bucket(layout, tensors, device=self._device))
+
+
+class WeightBroadcastReceiver:
+    """An engine's end: receives buckets into fresh buffers and returns named views."""
+
+    def __init__(self, *, group: Any, device: torch.device) -> None:
+        self._group = group
+        self._device = device
+        self.buckets_received = 0  # over this receiver's life
+
+    def stream(self, layouts: Sequence[BucketLayout]) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, tensor) in plan order; bucket k+1 is received only after every tensor of
+        bucket k was taken, and a bucket's buffers live only as long as the consumer keeps
+        views of them."""
+        for layout in layouts:
+            buffers = empty_buffers(layout, device=self._device)
+            broadcast_buffers(self._group, buffers)
+            self.buckets_received += 1
+            yield from unflatten_bucket(layout, buffers).items()
+            del buffers
+
+    def receive(self, layouts: Sequence[BucketLayout]) -> dict[str, torch.Tensor]:
+        """Every bucket, materialised as one dict (a full extra copy; prefer `stream`)."""
+        return dict(self.stream(layouts))

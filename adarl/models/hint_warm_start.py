@@ -1,5 +1,7 @@
 """Supervised data that teaches the built-in tiny model the two hint formats
-(adarl/models/loading.py feeds them to the warm start of adarl/models/tiny.py):
+(adarl/models/loading.py feeds them to the warm start of adarl/models/tiny.py). Here, not in
+adarl/hints: the tiny model is built on these rows, so models → hints, and hints import neither
+models nor rollout (whose engines load the tiny model).
 
 * hinted task rows, so that a hinted prompt is something the policy has seen:
   `47*38=[47*30=1410]` → `1786`, at a level drawn uniformly among the example's usable ones.

@@ -15,8 +15,10 @@ reads "12+7-3=15+0=" as a new expression and the reference's likelihood no longe
 rollout (measured: correlation ≈ 0 with the exact verifier; restated: ≈ 0.7, docs/benchmarks.md
 "DRO"). The masked-reasoning baseline restates nothing: "<bos>+0=".
 
-This module is separate from adarl/tasks/arithmetic.py on purpose: the tiny model's cache key
-hashes that module's source, and this variant does not change the warm start.
+This template lives with R3, not in adarl/tasks: tasks import the verifiers (reward), so a
+reward module importing a task would close a cycle. It is also apart from adarl/tasks/arithmetic.py
+on purpose: the tiny model's cache key hashes that module's source, and this variant does not
+change the warm start.
 """
 
 from __future__ import annotations

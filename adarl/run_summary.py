@@ -1,0 +1,32 @@
+"""`RunSummary`: what a finished run reports (`summary.json`).
+
+A module of its own because both ends use it: `adarl.session` builds it, `adarl.run` writes it;
+with the record here the import runs one way, run → session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunSummary:
+    """What `summary.json` holds: a run's outcome without parsing logs."""
+
+    name: str
+    steps: int
+    base_accuracy: float | None  # held-out, no hint, mean over samples at eval temperature;
+    final_accuracy: float | None  # None = the task has no held-out set
+    base_greedy_accuracy: float | None
+    final_greedy_accuracy: float | None
+    rollouts_generated: int
+    tokens_generated: int
+    wall_time_s: float
+    time_per_stage_s: dict[str, float]
+    resumed_from_step: int | None
+    # What the run optimises (adarl.allocator.objective.ObjectiveDeclaration.to_json())
+    objective: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
