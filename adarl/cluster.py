@@ -4,16 +4,37 @@ Every component (engine, learner, allocator, reward pool) is a plain class that 
 in-process. Pools talk to workers through `concurrent.futures.Future`s: an in-process worker
 runs calls on its own single thread, a Ray actor's `ObjectRef.future()` gives the same type, so a
 pool has one code path for both.
+
+An actor's library output (vLLM, torch, DeepSpeed, NUMA: warnings, deprecation notices, progress
+bars, C++ messages) goes to a file of the run, not to the console, once the session has named a
+directory (`set_library_log_dir`):
+
+    spawn_actor(cls) ─► in the actor, before cls.__init__: file descriptors 1 and 2
+                        ─► RUN_DIR/logs/<Class>-<pid>.log  (everything the process prints)
+                        "adarl" logger ─► the original stderr ─► Ray ─► the driver's console
+
+An exception an actor's method raises reaches the driver as before (Ray's `RayTaskError`, its
+traceback included); an actor error that stops the run gets a note naming the actor's file
+(`library_log_note`), where what it printed before it died can be read.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import functools
+import inspect
+import logging
 import os
-from collections.abc import Sequence
+import re
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar, cast
+from pathlib import Path
+from typing import Any, TextIO, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -78,9 +99,14 @@ def spawn_actor(
     scheduling_strategy: Any = None,
     **kwargs: Any,
 ) -> Any:
-    """Start `cls(**kwargs)` as a Ray actor; returns its handle (`handle.method.remote(...)`)."""
+    """Start `cls(**kwargs)` as a Ray actor; returns its handle (`handle.method.remote(...)`).
+
+    With a library log directory set (`set_library_log_dir`), the actor writes its library
+    output to `<directory>/<cls name>-<pid>.log` from before `cls.__init__` on."""
     import ray
 
+    if _library_log_dir is not None:
+        kwargs = {**kwargs, _LOG_DIR_KWARG: str(_library_log_dir)}
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
@@ -91,7 +117,9 @@ def spawn_actor(
         options["name"] = name
     if scheduling_strategy is not None:
         options["scheduling_strategy"] = scheduling_strategy
-    return ray.remote(cls).options(**options).remote(**kwargs)
+    # Always the wrapped class (a no-op without the directory): Ray knows an actor class by its
+    # module and name, so one class under that name keeps every actor of the job consistent.
+    return ray.remote(_quiet_class(cls)).options(**options).remote(**kwargs)
 
 
 class InProcessWorker:
@@ -144,6 +172,173 @@ def results_within(
             "or dead worker in the Ray logs"
         )
     return [future.result() for future in futures]
+
+
+# -- library output of actors ------------------------------------------------------------------
+
+LIBRARY_LOG_DIR = "logs"  # under the run directory
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # the driver's (Hydra's)
+_LOG_DIR_KWARG = "_adarl_library_log_dir"
+_library_log_dir: Path | None = None
+
+
+def set_library_log_dir(directory: str | Path | None) -> None:
+    """Actors spawned from now on write their library output under `directory` (created on the
+    actor's node if missing); None: it stays on their stdout/stderr, which Ray forwards to the
+    console. The session sets `RUN_DIR/logs` (logger.library_logs=file)."""
+    global _library_log_dir
+    _library_log_dir = None if directory is None else Path(directory).absolute()
+
+
+def library_log_dir() -> Path | None:
+    """Where actors spawned now write their library output (None: on the console)."""
+    return _library_log_dir
+
+
+def library_log_file(directory: str | Path, class_name: str, pid: int) -> Path:
+    return Path(directory) / f"{class_name}-{pid}.log"
+
+
+@functools.cache
+def _quiet_class(cls: type[T]) -> type[T]:
+    """`cls` whose `__init__` first sends the process's output to a file when it is given
+    `_adarl_library_log_dir=DIR`. Same name, module and qualname, so Ray's process title stays
+    `ray::<cls name>` and its log lines `(<cls name> pid=...)`; the signature is `cls`'s plus
+    that keyword, so Ray still checks the arguments at the call site."""
+    original_init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        directory = kwargs.pop(_LOG_DIR_KWARG, None)
+        if directory is not None:
+            pid = os.getpid()
+            redirect_library_output(
+                library_log_file(directory, cls.__name__, pid), label=f"{cls.__name__} pid {pid}"
+            )
+        original_init(self, *args, **kwargs)
+
+    signature = inspect.signature(original_init)
+    parameters = list(signature.parameters.values())
+    at = next(
+        (i for i, p in enumerate(parameters) if p.kind is inspect.Parameter.VAR_KEYWORD),
+        len(parameters),
+    )
+    parameters.insert(
+        at, inspect.Parameter(_LOG_DIR_KWARG, inspect.Parameter.KEYWORD_ONLY, default=None)
+    )
+    __init__.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    __init__.__doc__ = original_init.__doc__
+    namespace = {
+        "__init__": __init__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+    }
+    return cast("type[T]", type(cls)(cls.__name__, (cls,), namespace))
+
+
+_console: TextIO | None = None  # in an actor whose output was redirected: the original stderr
+
+
+def redirect_library_output(path: Path, *, label: str) -> bool:
+    """Send everything this process prints from now on (Python and C/C++ alike: file descriptors
+    1 and 2) to `path`, appended; the "adarl" logger still writes to the original stderr (a Ray
+    actor's goes to the driver's console) and to the file. Returns False, having said so on
+    stderr, when `path` cannot be written (a node without the run directory's parent): the
+    output then stays where it was. Once per process; never call it in a process whose console
+    matters otherwise (the in-process path does not).
+    """
+    global _console
+    if _console is not None:
+        return True
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as error:
+        print(
+            f"adarl: {label} cannot write its library log {path} ({error}); its library "
+            "output stays on this console and in Ray's worker logs",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or replaced stream: nothing to flush
+            stream.flush()
+    console_fd = os.dup(2)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
+    _console = os.fdopen(console_fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    os.write(2, f"adarl: {label} on {socket.gethostname()}, output from {started}\n".encode())
+    adarl_log = logging.getLogger("adarl")
+    formatter = logging.Formatter(LOG_FORMAT)
+    for stream in (_console, sys.stderr):
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(formatter)
+        adarl_log.addHandler(handler)
+    adarl_log.propagate = False  # a library's root handler would print adarl's lines twice
+    return True
+
+
+def _ray_actor_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from ray.exceptions import RayActorError, RayTaskError
+    except ImportError:  # the in-process path must not need Ray
+        return ()
+    return (RayActorError, RayTaskError)
+
+
+def _error_chain(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+# Ray writes an actor's class, pid and node in its errors' text: "ray::Learner.train_step()
+# (pid=7269, ip=10.0.0.2, ...)" (RayTaskError), "class_name: Learner ... pid: 7269 ... ip: ..."
+# (ActorDiedError); a RayTaskError raised on the driver keeps no attribute of them.
+_CLASS = re.compile(r"ray::(\w+)|class_name: (\w+)")
+_PID = re.compile(r"\bpid(?:=|: )(\d+)")
+_IP = re.compile(r"\bip(?:=|: )([0-9A-Fa-f.:]*[0-9A-Fa-f])")
+
+
+def library_log_note(error: BaseException, directory: str | Path | None = None) -> str | None:
+    """A line naming the file with the output of the actor behind `error` (an actor's death or
+    a method's exception, or an error caused by one), or None when no Ray actor error is in its
+    chain or actors' output is not sent to files. `directory`: the actors' log directory,
+    default the one set now (`set_library_log_dir`)."""
+    directory = _library_log_dir if directory is None else Path(directory)
+    kinds = _ray_actor_errors()
+    if directory is None or not kinds:
+        return None
+    actor_error = next((e for e in _error_chain(error) if isinstance(e, kinds)), None)
+    if actor_error is None:
+        return None
+    text = str(actor_error)
+    class_match, pid_match, ip_match = _CLASS.search(text), _PID.search(text), _IP.search(text)
+    if pid_match is None:
+        return (
+            f"the actors' output (library warnings, what each printed before it stopped) is in "
+            f"{directory}/<Class>-<pid>.log, one file per actor process"
+        )
+    pid = int(pid_match.group(1))
+    name = next((g for g in class_match.groups() if g), None) if class_match else None
+    candidates = [library_log_file(directory, name, pid)] if name else []
+    candidates += sorted(directory.glob(f"*-{pid}.log"))
+    path = next((c for c in candidates if c.exists()), None)
+    where = ""
+    if path is None:
+        path = candidates[0] if candidates else library_log_file(directory, "*", pid)
+        if ip_match is not None:
+            where = f" on node {ip_match.group(1)}"
+    return (
+        f"{name or 'the actor'} pid {pid}: its output (library warnings, what it printed before "
+        f"it stopped) is in {path}{where}"
+    )
 
 
 # -- placement ---------------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -24,7 +26,16 @@ from adarl.allocator.hint_stage import build_hint_stage
 from adarl.allocator.objective import declare_objective
 from adarl.allocator.variance_filter import build_variance_filter
 from adarl.checkpoint import CheckpointManager, capture_rng_state, resolve_resume, restore_rng_state
-from adarl.cluster import blocking_proxy, cluster_nodes, ensure_ray, plan_resources, spawn_actor
+from adarl.cluster import (
+    LIBRARY_LOG_DIR,
+    blocking_proxy,
+    cluster_nodes,
+    ensure_ray,
+    library_log_note,
+    plan_resources,
+    set_library_log_dir,
+    spawn_actor,
+)
 from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
@@ -63,13 +74,16 @@ class TrainingSession:
         self.run_dir = Path(run_dir)
         self.on_step_end = on_step_end
         self._closers: list[Any] = []
+        # Where the actors' library output goes (logger.library_logs=file); None: the console.
+        self.library_log_dir: Path | None = None
 
     # -- building ------------------------------------------------------------------------------
 
     def __enter__(self) -> TrainingSession:
         try:
             self._build()
-        except BaseException:
+        except BaseException as error:
+            self._name_actor_output(error)
             self.close()
             raise
         return self
@@ -80,7 +94,18 @@ class TrainingSession:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if exc is not None:
+            self._name_actor_output(exc)
         self.close()
+
+    def _name_actor_output(self, error: BaseException) -> None:
+        """An actor error that stops the run carries a note (printed under its traceback) naming
+        the actor's log file, where the library's account of what went wrong is."""
+        if self.library_log_dir is None:
+            return
+        note = library_log_note(error, self.library_log_dir)
+        if note is not None and note not in "".join(traceback.format_exception(error)):
+            error.add_note(note)
 
     def _build(self) -> None:
         config = self.config
@@ -115,6 +140,16 @@ class TrainingSession:
             )
         faults = config.faults
         if not cluster.in_process:
+            if config.logger.library_logs == "file":
+                # Before any actor starts: vLLM's, torch's and DeepSpeed's warnings, progress
+                # bars and C++ messages go to one file per actor; adarl's lines stay here.
+                self.library_log_dir = (self.run_dir / LIBRARY_LOG_DIR).absolute()
+                set_library_log_dir(self.library_log_dir)
+                self._closers.append(functools.partial(set_library_log_dir, None))
+                log.info(
+                    "library output of the actors (vLLM, torch, DeepSpeed): %s/<Class>-<pid>.log",
+                    self.library_log_dir,
+                )
             ensure_ray(address=cluster.address, num_cpus=cluster.num_cpus)
             self.plan = plan_resources(
                 rollout_engines=cluster.rollout_engines,

@@ -19,6 +19,13 @@ Fields:
     progress_keys: metric names shown on the progress bar and in the console line
         (e.g. "train/loss", "eval/accuracy"); empty = the console line shows every metric.
     network_check_timeout_s: how long auto mode waits for the W&B server before going offline.
+    library_logs: where the Ray actors' library output goes (vLLM, torch, DeepSpeed, NUMA:
+        warnings, deprecation notices, progress bars, C++ messages; everything an actor process
+        prints but adarl's own log lines): "file" = one file per actor process,
+        `<run dir>/logs/<Class>-<pid>.log` (created on the actor's node), the console keeping
+        adarl's lines, and an actor error that stops the run naming its file; "console" = on the
+        console, each line prefixed `(<Class> pid=...)` by Ray. Runs without Ray
+        (cluster=in_process) print to the console either way.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 WANDB_MODES = ("online", "offline", "disabled", "auto")
+LIBRARY_LOGS = ("file", "console")
 # Every metric name starts with one of these groups (DESIGN.md: "Say what happened").
 METRIC_GROUPS = ("signal", "sampling", "train", "eval", "timing", "perf")
 
@@ -42,6 +50,7 @@ class LoggerConfig:
     progress_bar: bool | None = None
     progress_keys: list[str] = field(default_factory=list)
     network_check_timeout_s: float = 2.0
+    library_logs: str = "file"
 
     def validate(self) -> None:
         if self.mode not in WANDB_MODES:
@@ -67,3 +76,9 @@ class LoggerConfig:
                     f"logger.progress_keys entry {key!r} is not a grouped metric name; use "
                     f"GROUP/NAME with GROUP in {METRIC_GROUPS} (e.g. train/loss)"
                 )
+        if self.library_logs not in LIBRARY_LOGS:
+            raise ValueError(
+                f"logger.library_logs={self.library_logs!r} is not one of {LIBRARY_LOGS}; set "
+                "logger.library_logs=file to keep the actors' library output in <run dir>/logs/, "
+                "or console to see it on the console"
+            )

@@ -50,6 +50,7 @@ import torch
 from adarl.cluster import (
     InProcessWorker,
     is_actor_death,
+    library_log_note,
     result_within,
     spawn_actor,
 )
@@ -661,15 +662,18 @@ class RolloutPool:
         if handled:
             return True
         mode, limit = self._engine_failure, self._max_engine_restarts
+        # Its last words (a C++ abort, a library error) are in its log file, when it has one.
+        output = library_log_note(error)
         if mode == "fail" or self._deaths >= limit:
             reason = (
                 "faults.engine_failure=fail"
                 if mode == "fail"
                 else f"it is death {self._deaths + 1} and faults.max_engine_restarts={limit}"
             )
+            where = f"{output}; see also" if output else "Look for why in"
             raise RuntimeError(
                 f"rollout engine {handle.name} died ({type(error).__name__}: {error}); the run "
-                f"stops because {reason}. Look for why in the Ray logs (host OOM, node lost); "
+                f"stops because {reason}. {where} the Ray logs (host OOM, node lost); "
                 "set faults.engine_failure=restart or continue (and faults.max_engine_restarts) "
                 "to survive engine deaths"
             ) from error
@@ -685,24 +689,27 @@ class RolloutPool:
                 raise RuntimeError(
                     f"rollout engine {handle.name} died and no engine is left "
                     "(faults.engine_failure=continue); the run cannot go on"
+                    + (f". {output}" if output else "")
                 ) from error
             log.warning(
                 "rollout engine %s died (%s); continuing with %d engine(s), re-issuing its "
-                "in-flight requests (faults.engine_failure=continue, death %d of at most %d)",
+                "in-flight requests (faults.engine_failure=continue, death %d of at most %d)%s",
                 handle.name,
                 type(error).__name__,
                 sum(self._alive),
                 self._deaths,
                 limit,
+                f". {output}" if output else "",
             )
             return True
         log.warning(
             "rollout engine %s died (%s); restarting it and re-issuing its in-flight requests "
-            "(faults.engine_failure=restart, death %d of at most %d)",
+            "(faults.engine_failure=restart, death %d of at most %d)%s",
             handle.name,
             type(error).__name__,
             self._deaths,
             limit,
+            f". {output}" if output else "",
         )
         replacement = self._restart_engine(slot, self._deaths)
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())

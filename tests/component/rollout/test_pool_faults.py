@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 from transformers import PreTrainedTokenizerFast
 
+from adarl.cluster import library_log_file, set_library_log_dir
 from adarl.config.faults import FaultsConfig
 from adarl.config.model import TINY_ARITHMETIC
 from adarl.config.rollout import RolloutConfig
@@ -107,3 +110,53 @@ def test_fault_settings_are_checked(tokenizer: PreTrainedTokenizerFast) -> None:
         RolloutPool(engines=handles, engine_failure="sometimes")
     with pytest.raises(ValueError, match="wait_timeout_s must be > 0"):
         RolloutPool(engines=handles, wait_timeout_s=0)
+
+
+class KilledEngineHandle:
+    """An engine whose process was killed: every call fails with Ray's `ActorDiedError`, whose
+    text names the class, pid and node as Ray 2.60 writes them."""
+
+    name = "engine0:VLLMEngine"
+
+    def __init__(self, pid: int) -> None:
+        from ray.core.generated.common_pb2 import ActorDiedErrorContext
+        from ray.exceptions import ActorDiedError
+
+        self.error = ActorDiedError(
+            ActorDiedErrorContext(
+                class_name="VLLMEngine",
+                actor_id=bytes(16),
+                pid=pid,
+                node_ip_address="10.0.0.7",
+                error_message="The actor died unexpectedly: killed by SIGKILL.",
+            )
+        )
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> Future:
+        future: Future = Future()
+        future.set_exception(self.error)
+        return future
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_an_engine_death_that_stops_the_run_names_the_engines_log_file(
+    tokenizer: PreTrainedTokenizerFast, tmp_path: Path
+) -> None:
+    log = library_log_file(tmp_path, "VLLMEngine", 4242)
+    log.write_text("Fatal Python error: Aborted\n")
+    pool = RolloutPool(engines=[KilledEngineHandle(4242)], engine_failure="fail")  # type: ignore[list-item]
+    set_library_log_dir(tmp_path)
+    try:
+        pool.submit(requests_for(tokenizer, 2))
+        with pytest.raises(RuntimeError, match="died") as raised:
+            pool.next_completed(timeout_s=10)
+    finally:
+        set_library_log_dir(None)
+    message = str(raised.value)
+    assert "faults.engine_failure=fail" in message
+    assert (
+        f"VLLMEngine pid 4242: its output (library warnings, what it printed before it "
+        f"stopped) is in {log}" in message
+    )

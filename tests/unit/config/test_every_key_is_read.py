@@ -41,6 +41,8 @@ READ_ELSEWHERE: dict[str, str] = {
     "rollout.max_off_policy_steps": "the driver's sampling-ahead depth (session.py builds the "
     "Driver)",
     "model.cache_dir": "where built-ins are cached: resolve_model_config passes it on",
+    "logger.library_logs": "where the actors' library output goes: the session points "
+    "adarl.cluster.spawn_actor at <run dir>/logs before any actor starts (session.py)",
 }
 
 
