@@ -5,7 +5,8 @@ where they run (in this process, or as Ray actors through `adarl.cluster`). The 
 `adarl.driver.Driver`; everything algorithm-specific was decided by the builders called here.
 
 Run directory, at the end: `config.yaml`, `metrics.jsonl`, `completions.jsonl`, `wandb/`,
-`checkpoints/`, `summary.json`.
+`checkpoints/`, `logs/` (each actor's library output, `logger.library_logs=file`),
+`summary.json`.
 """
 
 from __future__ import annotations
