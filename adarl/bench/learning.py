@@ -134,6 +134,10 @@ class Setting:
     why: str
     # Hydra overrides appended to every arm's command, e.g. another task mix (`--override`).
     overrides: tuple[str, ...] = ()
+    # Every arm's learning-rate warm-up in optimizer steps. 0 where arms take different numbers
+    # of steps per rollout (a step-counted warm-up favours the arms taking more); None keeps each
+    # experiment's own (for arms that compare one method with itself at equal steps).
+    lr_warmup_steps: int | None = 0
 
     def validate(self) -> None:
         for label in self.arms:
@@ -213,9 +217,13 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
         f"trainer.max_rollouts={setting.max_rollouts}",
         # Every step draws at least one rollout, so the budget ends the run before this does.
         f"trainer.total_steps={setting.max_rollouts}",
-        # No warm-up: 20 steps is 13% of GRPO n = 4's 40k rollouts but 43% of Seq-Balance's, a
-        # schedule that favours the arms taking more steps. Every arm trains at the full rate.
-        "learner.lr_warmup_steps=0",
+        # No warm-up by default: 20 steps is 13% of GRPO n = 4's 40k rollouts but 43% of
+        # Seq-Balance's, a schedule that favours the arms taking more steps (Setting).
+        *(
+            []
+            if setting.lr_warmup_steps is None
+            else [f"learner.lr_warmup_steps={setting.lr_warmup_steps}"]
+        ),
         "eval.every_steps=0",
         f"eval.every_rollouts={setting.eval_every_rollouts}",
         f"eval.num_prompts={setting.eval_num_prompts}",

@@ -58,11 +58,17 @@ def setting(*, seeds: int, max_rollouts: int, eval_every_rollouts: int) -> Setti
         seeds=seeds,
         max_rollouts=max_rollouts,
         eval_every_rollouts=eval_every_rollouts,
+        # Each method is compared with itself at (nearly) equal steps, so its own warm-up
+        # favours no arm; without one, the first full-rate updates on samples one version
+        # behind undo Seq-Balance's start (docs/benchmarks.md "Async").
+        lr_warmup_steps=None,
         why=(
             "The embedded default (Seq-Balance) and GRPO n = 4, each synchronous (k = 0) and "
             "sampling 1 or 2 steps ahead while the learners train (k = 1, 2: the ratio taken "
             "against the learner's policy, each token re-weighted by min(π/μ, 2)). Every arm "
-            "runs the same rollout budget from the same base model, one run at a time."
+            "runs the same rollout budget from the same base model, one run at a time, with its "
+            "experiment's own learning-rate warm-up (20 steps for both): a method is compared "
+            "with itself at equal steps, so the schedule favours no arm."
         ),
     )
 
