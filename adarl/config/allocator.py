@@ -89,7 +89,9 @@ stats.py)
         being drawn (skip or knapsack exploration), so the declared objective is kept exactly;
         false: the run optimises the π-reweighted objective, and says so.
     max_skipped_visits: a prompt skipped this many visits in a row is drawn at its next visit
-        (π = 1): none is starved; null = no bound (GRESO's 1% floor only).
+        (π = 1): none is starved; null = no bound (GRESO's 1% floor only). With the declared
+        knapsack, candidates_per_step × min_samples_per_prompt must fit the step's budget (every
+        candidate of a step may be due at once).
     min_inclusion_probability: skip "posterior": the floor of π (bounds the 1/π weights).
     max_candidates_per_step: the most candidates a step may look at; null = 8 × prompts_per_step
         (past it the step trains what it has, counted: sampling/candidate_cap_reached).
@@ -510,6 +512,24 @@ class AllocatorConfig:
                     f"allocator: {self.knapsack_candidates()} knapsack candidates of at most "
                     f"{self.max_samples_per_prompt} samples cannot spend the budget of {budget} "
                     "rollouts; raise curation.candidates_per_step or max_samples_per_prompt"
+                )
+            # The skip bound draws every candidate skipped max_skipped_visits visits in a row, at
+            # min_samples_per_prompt each; a step may find all its candidates due, so only this
+            # keeps the bound under any history (else the split fails mid-run).
+            due = self.knapsack_candidates() * cur.min_samples_per_prompt
+            if (
+                cur.knapsack_value == "declared"
+                and cur.max_skipped_visits is not None
+                and due > budget
+            ):
+                raise ValueError(
+                    f"allocator: curation.max_skipped_visits={cur.max_skipped_visits} draws "
+                    "every candidate skipped that often, and a step's "
+                    f"{self.knapsack_candidates()} candidates may all be due: at "
+                    f"curation.min_samples_per_prompt={cur.min_samples_per_prompt} each that is "
+                    f"{due} rollouts, over the budget of {budget}; lower "
+                    f"curation.candidates_per_step to <= {budget // cur.min_samples_per_prompt} "
+                    "or set curation.max_skipped_visits=null (no skip bound)"
                 )
         self.dynamic_filter.validate()
         self.estimation.validate()

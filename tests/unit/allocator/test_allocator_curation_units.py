@@ -27,6 +27,14 @@ def test_validation_names_the_input_and_the_fix() -> None:
         ).validate()
     with pytest.raises(ValueError, match=r"curation\.skip='sometimes'"):
         AllocatorConfig(curation=CurationConfig(skip="sometimes")).validate()
+    # 512 candidates of 2 samples may all be due under the skip bound: 1,024 > 256 rollouts.
+    bounded = CurationConfig(candidates_per_step=512, min_samples_per_prompt=2)
+    with pytest.raises(ValueError, match=r"lower curation\.candidates_per_step to <= 128"):
+        AllocatorConfig(sampler="knapsack", curation=bounded).validate()
+    unbounded = CurationConfig(
+        candidates_per_step=512, min_samples_per_prompt=2, max_skipped_visits=None
+    )
+    AllocatorConfig(sampler="knapsack", curation=unbounded).validate()
 
 
 def test_budget_defaults_to_grpos_spend() -> None:
