@@ -107,6 +107,10 @@ def _rank(rank: int, world_size: int, port: int, path: str, out: str) -> None:
         shares = {n: int(p.ds_tensor.numel()) for n, p in learner.module.named_parameters()}
         weights = learner.gather_weights([info.name for info in learner.weight_infos()])
         torch.save({"weights": weights, "shares": shares}, f"{out}/rank{rank}.pt")
+        # No rank tears its gloo group down while a peer is still finishing the gather (once in
+        # a full suite, a rank exiting early aborted with "terminate called without an active
+        # exception").
+        torch.distributed.barrier()
     finally:
         learner.close()
 
