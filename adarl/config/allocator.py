@@ -516,7 +516,8 @@ class AllocatorConfig:
             # The skip bound draws every candidate skipped max_skipped_visits visits in a row, at
             # min_samples_per_prompt each; a step may find all its candidates due, so only this
             # keeps the bound under any history (else the split fails mid-run).
-            due = self.knapsack_candidates() * cur.min_samples_per_prompt
+            candidates = self.knapsack_candidates()
+            due = candidates * cur.min_samples_per_prompt
             if (
                 cur.knapsack_value == "declared"
                 and cur.max_skipped_visits is not None
@@ -525,7 +526,7 @@ class AllocatorConfig:
                 raise ValueError(
                     f"allocator: curation.max_skipped_visits={cur.max_skipped_visits} draws "
                     "every candidate skipped that often, and a step's "
-                    f"{self.knapsack_candidates()} candidates may all be due: at "
+                    f"{candidates} candidates may all be due: at "
                     f"curation.min_samples_per_prompt={cur.min_samples_per_prompt} each that is "
                     f"{due} rollouts, over the budget of {budget}; lower "
                     f"curation.candidates_per_step to <= {budget // cur.min_samples_per_prompt} "

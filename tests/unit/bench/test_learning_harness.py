@@ -128,15 +128,17 @@ def test_the_comparisons_warm_up_is_zero_across_methods_and_each_arms_own_within
     any arm. bench async compares a method with itself at equal steps: each keeps its own."""
     from adarl.bench.pipeline import setting as async_setting
 
-    arm = learning.arm_by_label("ada_seq_balance_k1")
-    for chosen, expected in (
-        (REDUCED, 0),
-        (async_setting(seeds=1, max_rollouts=100, eval_every_rollouts=50), 20),
-    ):
-        overrides = run_overrides(arm, 0, chosen, tmp_path / "run")
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-            config = load_config(compose(config_name="config", overrides=overrides[:-1]))
-        assert config.learner.lr_warmup_steps == expected, chosen.name
+    # 20 for both methods, as the async setting's description states.
+    for label in ("ada_seq_balance_k1", "grpo_n4_k1"):
+        arm = learning.arm_by_label(label)
+        for chosen, expected in (
+            (REDUCED, 0),
+            (async_setting(seeds=1, max_rollouts=100, eval_every_rollouts=50), 20),
+        ):
+            overrides = run_overrides(arm, 0, chosen, tmp_path / "run")
+            with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+                config = load_config(compose(config_name="config", overrides=overrides[:-1]))
+            assert config.learner.lr_warmup_steps == expected, (label, chosen.name)
 
 
 def test_settings_name_their_bad_input() -> None:
