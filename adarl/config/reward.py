@@ -16,6 +16,9 @@ Which verifier scores an example is the task's choice (`task.verifier`, stamped 
 `ExactMatchConfig`
     end_markers: the response is read up to the first of these (the engine usually strips the
         end-of-sequence token itself; these catch it when it is decoded as text).
+    answer_marker: None (default): the whole response is the answer. A string: the answer is
+        what follows its last occurrence, and a response without it is wrong; "=" for the
+        built-in task's worked format (`model=tiny_worked`), "#### " for GSM8K-style answers.
 
 `MathConfig`
     max_answer_chars: responses longer than this are refused unparsed (reward 0, an error), a
@@ -49,9 +52,16 @@ class ExactMatchConfig:
         default_factory=lambda: ["\n", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>"]
     )
 
+    answer_marker: str | None = None
+
     def validate(self) -> None:
         if any(not marker for marker in self.end_markers):
             raise ValueError("reward.exact_match.end_markers must not contain an empty string")
+        if self.answer_marker == "":
+            raise ValueError(
+                "reward.exact_match.answer_marker is empty; set null (the whole response is the "
+                "answer) or the text the answer follows, e.g. '='"
+            )
 
 
 @dataclass

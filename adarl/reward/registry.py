@@ -26,7 +26,10 @@ VerifierFactory = Callable[[RewardConfig], Verifier]
 
 
 def _exact_match(config: RewardConfig) -> Verifier:
-    return ExactMatchVerifier(end_markers=tuple(config.exact_match.end_markers))
+    return ExactMatchVerifier(
+        end_markers=tuple(config.exact_match.end_markers),
+        answer_marker=config.exact_match.answer_marker,
+    )
 
 
 def _math(config: RewardConfig) -> Verifier:

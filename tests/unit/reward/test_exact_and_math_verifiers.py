@@ -42,6 +42,41 @@ def test_exact_match_custom_markers() -> None:
         ExactMatchVerifier(end_markers=("",))
 
 
+@pytest.mark.parametrize(
+    ("response", "reward"),
+    [
+        ("47*30=1410,47*8=376,1410+376=1786", 1.0),  # the worked format: after the last "="
+        ("47*30=1410,47*8=376,1410+376=1786<eos>junk=1786", 1.0),  # read up to the end marker
+        ("=1786", 1.0),
+        ("47*30=1410,47*8=376,1410+376=1785", 0.0),
+        ("47*30=1786,47*8=376,1410+376=1785", 0.0),  # the answer in an earlier step is not it
+        ("1786", 0.0),  # no marker, no answer: the format is rewarded
+        ("1786=", 0.0),
+    ],
+)
+def test_exact_match_after_an_answer_marker(response: str, reward: float) -> None:
+    verifier = ExactMatchVerifier(answer_marker="=")
+    assert verifier.verify(response, example("1786")).reward == reward
+
+
+def test_an_empty_answer_marker_is_refused() -> None:
+    with pytest.raises(ValueError, match="answer marker"):
+        ExactMatchVerifier(answer_marker="")
+
+
+def test_the_registry_passes_the_answer_marker_on() -> None:
+    from adarl.config.reward import RewardConfig
+    from adarl.reward.registry import build_verifier
+
+    config = RewardConfig()
+    config.exact_match.answer_marker = "="
+    assert build_verifier("arithmetic", config).verify("5+3=8", example("8")).reward == 1.0
+    assert build_verifier("arithmetic").verify("5+3=8", example("8")).reward == 0.0
+    config.exact_match.answer_marker = ""
+    with pytest.raises(ValueError, match="answer_marker is empty"):
+        config.validate()
+
+
 def test_verifier_result_invariants() -> None:
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         VerifierResult(reward=1.5)
