@@ -35,7 +35,7 @@ from adarl.config.faults import FaultsConfig
 from adarl.config.hints import HintsConfig
 from adarl.config.learner import LearnerConfig
 from adarl.config.logger import LoggerConfig
-from adarl.config.model import ModelConfig
+from adarl.config.model import TINY_ARITHMETIC, WORKED_RESPONSE_TOKENS, ModelConfig
 from adarl.config.real_model import check_real_model
 from adarl.config.reward import RewardConfig
 from adarl.config.rollout import RolloutConfig
@@ -116,6 +116,34 @@ class AdarlConfig:
         ):
             area.validate()
         validate_combinations(self)
+
+
+def check_worked_responses(config: AdarlConfig) -> None:
+    """A built-in tiny policy taught to write its worked solution (`model.tiny.sft_response=
+    worked`) is scored on the answer after the last "=" and needs room for the whole solution."""
+    model = config.model
+    if model.name_or_path != TINY_ARITHMETIC or model.tiny.sft_response != "worked":
+        return
+    marker = config.reward.exact_match.answer_marker
+    if marker != "=":
+        raise ValueError(
+            "model.tiny.sft_response=worked: the policy writes its worked solution "
+            f"(47*30=1410,47*8=376,1410+376=1786) but reward.exact_match.answer_marker={marker!r} "
+            "scores the whole response; set reward.exact_match.answer_marker='=' (the preset "
+            "model=tiny_worked sets it)"
+        )
+    if config.task.source == "arithmetic" and config.task.arithmetic.levels is None:
+        for key, tokens in (
+            ("rollout.max_new_tokens", config.rollout.max_new_tokens),
+            ("eval.max_new_tokens", config.eval.max_new_tokens),
+        ):
+            if tokens < WORKED_RESPONSE_TOKENS:
+                raise ValueError(
+                    f"model.tiny.sft_response=worked: {key}={tokens} cuts worked solutions off "
+                    f"(the default mix's longest is {WORKED_RESPONSE_TOKENS} tokens with "
+                    f"<eos>); set {key}={WORKED_RESPONSE_TOKENS} or more (the preset "
+                    "model=tiny_worked sets 40)"
+                )
 
 
 def validate_combinations(config: AdarlConfig) -> None:
@@ -226,6 +254,7 @@ def validate_combinations(config: AdarlConfig) -> None:
             f"GPUs but cluster.gpus_per_engine={config.cluster.gpus_per_engine}: set "
             f"cluster.gpus_per_engine={tensor_parallel}"
         )
+    check_worked_responses(config)
     check_real_model(config)
     if config.faults.engine_failure != "fail" and config.learner.weight_sync.method == "broadcast":
         raise ValueError(

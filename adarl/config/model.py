@@ -31,6 +31,13 @@ tiny model is always built and cached in float32.
     sft_batch_size: (prompt, answer) pairs per warm-start step.
     sft_learning_rate: peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay).
     sft_weight_decay: AdamW weight decay.
+    sft_response: what the warm start teaches the policy to write: "answer" (the answer alone,
+        the default) or "worked" (its worked solution `47*30=1410,47*8=376,1410+376=1786`, the
+        steps the hint levels are read from, adarl/hints/arithmetic.py, so a hint is the start of
+        the policy's own solution). "worked" needs `reward.exact_match.answer_marker="="` and
+        responses of up to ~34 tokens; the preset `model=tiny_worked` sets all three.
+    sft_hinted_share: share of the warm start's task pairs shown with a hint of a random usable
+        level (adarl/models/hint_warm_start.py), so hinted prompts are a format the policy knows.
     sft_seed: seed of the warm-start data (i.i.d. train-split draws) and their order.
     sft_num_threads: torch threads during the warm start (1 keeps it fair on shared cores).
 """
@@ -40,6 +47,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TINY_ARITHMETIC = "adarl/tiny-arithmetic"
+SFT_RESPONSES = ("answer", "worked")
+# Longest worked solution of the default arithmetic mix, in characters (= tokens of the character
+# tokenizer) with <eos>: 86*90=7740,86*4=344,7740+344=8084 (checked by enumeration in the tests).
+WORKED_RESPONSE_TOKENS = 34
 MID_MATH = "adarl/mid-math"
 BUILTIN_MODELS: tuple[str, ...] = (TINY_ARITHMETIC, MID_MATH)
 # The mid-size built-in's longest sequence (its recipe is fixed: adarl/models/mid.py). Here so that
@@ -60,6 +71,8 @@ class TinyModelConfig:
     sft_batch_size: int = 64
     sft_learning_rate: float = 1e-3
     sft_weight_decay: float = 0.01
+    sft_response: str = "answer"
+    sft_hinted_share: float = 0.25
     sft_seed: int = 0
     sft_num_threads: int = 1
 
@@ -89,6 +102,14 @@ class TinyModelConfig:
             )
         if self.sft_steps < 0:
             raise ValueError(f"model.tiny.sft_steps must be >= 0, got {self.sft_steps}")
+        if self.sft_response not in SFT_RESPONSES:
+            raise ValueError(
+                f"model.tiny.sft_response={self.sft_response!r} must be one of {SFT_RESPONSES}"
+            )
+        if not 0.0 <= self.sft_hinted_share <= 1.0:
+            raise ValueError(
+                f"model.tiny.sft_hinted_share={self.sft_hinted_share} must be in [0, 1]"
+            )
         if self.sft_learning_rate <= 0:
             raise ValueError(
                 f"model.tiny.sft_learning_rate must be > 0, got {self.sft_learning_rate}"

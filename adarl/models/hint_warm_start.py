@@ -5,12 +5,16 @@ models nor rollout (whose engines load the tiny model).
 
 * hinted task rows, so that a hinted prompt is something the policy has seen:
   `47*38=[47*30=1410]` → `1786`, at a level drawn uniformly among the example's usable ones.
-  A share `HINTED_SHARE` of the task pairs is shown this way instead of bare (same loss term,
-  same number of pairs);
+  A share (`model.tiny.sft_hinted_share`) of the task pairs is shown this way instead of bare
+  (same loss term, same number of pairs);
 * hint-mode rows, from the reference solution to the three levels in one answer:
   `hint:47*38=(47*30=1410,47*8=376,1410+376=1786)` → `1[47*30]2[47*30=1410]3[...]`, an
   auxiliary set of `HINT_MODE_ROWS_PER_STEP` rows per step with its own loss term
   (`AuxiliaryPairs`), drawn from train-split examples a seed apart from the task pairs'.
+
+The response is the answer, or with `model.tiny.sft_response=worked` the worked solution
+(`47*30=1410,47*8=376,1410+376=1786`) bare and hinted alike: a hint is then a prefix of what the
+policy writes, and it can copy the steps it is given instead of computing them.
 
 Levels come from the template (adarl/hints/template.py). Examples without usable levels
 (one-step problems that do not split) stay bare; hint-mode rows need all three levels.
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from adarl.hints.arithmetic import worked_solution
 from adarl.hints.format import hint_prompt, render_hint, render_levels
 from adarl.hints.template import hint_mode_solution, template_levels
 from adarl.types import TaskExample
@@ -39,17 +44,23 @@ if TYPE_CHECKING:
     from adarl.models.tiny import AuxiliaryPairs
 
 Pair = tuple[str, str]
-HINTED_SHARE = 0.25  # of the task pairs, shown with a hint
 HINT_MODE_ROWS_PER_STEP = 16
 
 
-def hinted_task_pair(example: TaskExample, rng: np.random.Generator) -> Pair | None:
-    """(prompt + shown hint, answer) at a uniformly drawn usable level; None if it has none."""
+def response_text(example: TaskExample, *, worked: bool) -> str:
+    """What the policy is taught to write: the answer, or the worked solution ending in it."""
+    return worked_solution(example) if worked else example.answer
+
+
+def hinted_task_pair(
+    example: TaskExample, rng: np.random.Generator, *, worked: bool = False
+) -> Pair | None:
+    """(prompt + shown hint, response) at a uniformly drawn usable level; None if it has none."""
     usable = {k: v for k, v in template_levels(example).items() if v is not None}
     if not usable:
         return None
     level = sorted(usable)[int(rng.integers(len(usable)))]
-    return example.prompt + render_hint(usable[level]), example.answer
+    return example.prompt + render_hint(usable[level]), response_text(example, worked=worked)
 
 
 def hint_mode_pair(example: TaskExample) -> Pair | None:
@@ -62,17 +73,22 @@ def hint_mode_pair(example: TaskExample) -> Pair | None:
 
 
 def task_pairs_with_hints(
-    examples: Sequence[TaskExample], *, share: float = HINTED_SHARE, seed: int
+    examples: Sequence[TaskExample],
+    *,
+    share: float,
+    seed: int,
+    worked: bool = False,
 ) -> list[Pair]:
-    """One (prompt, answer) pair per example, in order; each example is shown hinted with
-    probability `share` (when it has a usable level), else bare."""
+    """One (prompt, response) pair per example, in order; each example is shown hinted with
+    probability `share` (when it has a usable level), else bare. The response is the answer, or
+    the worked solution with `worked`."""
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"hinted share must be in [0, 1], got {share}")
     rng = np.random.default_rng([seed, 4111])
     pairs = []
     for example in examples:
-        hinted = hinted_task_pair(example, rng) if rng.random() < share else None
-        pairs.append(hinted or (example.prompt, example.answer))
+        hinted = hinted_task_pair(example, rng, worked=worked) if rng.random() < share else None
+        pairs.append(hinted or (example.prompt, response_text(example, worked=worked)))
     return pairs
 
 
@@ -92,13 +108,15 @@ def arithmetic_hint_mode_auxiliary(sft_steps: int, *, seed: int) -> list[Auxilia
 
 def hint_data_fingerprint() -> str:
     """Changes whenever the hint rows would (part of the tiny model's cache key): the source of
-    the modules and functions that make them, and the shares."""
+    the modules and functions that make them, and the hint-mode rows per step (the hinted share
+    and the response format are model.tiny keys, hashed with the rest of the config)."""
     from adarl.hints import arithmetic, format, template
 
-    digest = hashlib.sha256(f"{HINTED_SHARE}/{HINT_MODE_ROWS_PER_STEP}".encode())
+    digest = hashlib.sha256(f"{HINT_MODE_ROWS_PER_STEP}".encode())
     for module in (arithmetic, format, template):
         digest.update(inspect.getsource(module).encode())
     for function in (
+        response_text,
         hinted_task_pair,
         hint_mode_pair,
         task_pairs_with_hints,

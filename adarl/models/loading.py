@@ -68,7 +68,12 @@ def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
     # One fresh i.i.d. train-split draw per training example: nothing repeats to be memorised.
     # A share of them is shown with a hint (adarl/models/hint_warm_start.py).
     examples = sample_examples("train", tiny.sft_steps * tiny.sft_batch_size, seed=tiny.sft_seed)
-    return task_pairs_with_hints(examples, seed=tiny.sft_seed)
+    return task_pairs_with_hints(
+        examples,
+        share=tiny.sft_hinted_share,
+        seed=tiny.sft_seed,
+        worked=tiny.sft_response == "worked",
+    )
 
 
 def _arithmetic_fingerprint() -> str:
