@@ -40,6 +40,13 @@ AXIS_LABELS: dict[str, str] = {
     "wall_s": "training wall time (s: steps, evaluations, checkpoints)",
 }
 GRID_POINTS = 60
+# The hint stage's per-step metrics the report sums (adarl/allocator/hint_stage.py).
+HINT_METRICS = (
+    "signal/zero_pass_share_unhinted",
+    "signal/zero_pass_share_after_hints",
+    "signal/prompts_rescued_by_hints",
+    "sampling/hinted_rollouts",
+)
 
 
 @dataclass
@@ -75,6 +82,8 @@ class RunRecord:
     prompts_by_bin: dict[str, float]  # Σ over steps, by p̃ bin
     rollouts_by_bin: dict[str, float]  # Σ prompts × samples per prompt, by p̃ bin
     timing_s: dict[str, float]  # Σ over training steps of every per-step `timing/<name>_s`
+    # Σ over training steps of the hint stage's metrics (`HINT_METRICS`); empty without hints.
+    hints: dict[str, float] = field(default_factory=dict)
 
     @property
     def final_accuracy(self) -> float:
@@ -123,12 +132,16 @@ def record_from_rows(
     prompts_by_bin = dict.fromkeys(PASS_RATE_BINS, 0.0)
     rollouts_by_bin = dict.fromkeys(PASS_RATE_BINS, 0.0)
     timing: dict[str, float] = {}
+    hints: dict[str, float] = {}
     steps = 0
     clock_s = 0.0
     for row in rows:
         step = int(row["step"])
         if step > 0:
             steps += 1
+            for key in HINT_METRICS:
+                if key in row:
+                    hints[key] = hints.get(key, 0.0) + float(row[key])
             fraction = float(row.get("signal/mixed_group_fraction", 0.0))
             groups = float(row.get("signal/groups_trained", 0.0))
             mixed.append(fraction)
@@ -197,6 +210,7 @@ def record_from_rows(
         prompts_by_bin=prompts_by_bin,
         rollouts_by_bin=rollouts_by_bin,
         timing_s=timing,
+        hints=hints,
     )
 
 
@@ -774,6 +788,57 @@ def difficulty_table(records: Sequence[RunRecord]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hints_section(records: Sequence[RunRecord]) -> str:
+    """The "Hints" subsection, only when some arm writes hints."""
+    table = hints_table(records)
+    if not table:
+        return ""
+    return (
+        "\n### Hints\n\nPer step, for the arms that write hints (SAGE's collapse-triggered "
+        "re-rolls): the share of the step's prompts whose unhinted samples were all wrong, and "
+        "the share still all wrong after hints (a hinted pool that is mixed is a rescue); "
+        "means over steps, then mean ± spread over seeds. Accuracy everywhere else in this "
+        "report is without hints.\n\n" + table
+    )
+
+
+def hints_table(records: Sequence[RunRecord]) -> str:
+    """Per hinted arm, means over its steps (then over seeds, ± spread): the share of the step's
+    prompts at p̂ = 0 unhinted and after hints, prompts rescued, hinted rollouts."""
+    by_arm = runs_by_arm(records)
+    hinted = [arm for arm in _arm_order(by_arm) if all(r.hints for r in by_arm[arm])]
+    if not hinted:
+        return ""
+
+    def per_step(run: RunRecord, key: str) -> float:
+        return run.hints.get(key, math.nan) / run.steps
+
+    lines = [
+        "| arm | p̂ = 0 share of prompts, unhinted → after hints | change (points) | prompts "
+        "rescued / step | hinted rollouts / step (share of rollouts) |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in hinted:
+        runs = by_arm[arm]
+        before = [per_step(r, "signal/zero_pass_share_unhinted") for r in runs]
+        after = [per_step(r, "signal/zero_pass_share_after_hints") for r in runs]
+        hinted_share = mean_and_spread(
+            r.hints.get("sampling/hinted_rollouts", 0.0) / r.rollouts for r in runs
+        )[0]
+        rescued, rescued_spread = mean_and_spread(
+            per_step(r, "signal/prompts_rescued_by_hints") for r in runs
+        )
+        changes = [100 * (a - b) for a, b in zip(after, before, strict=True)]
+        change, change_spread = mean_and_spread(changes)
+        lines.append(
+            f"| {arm} | {_pm_pct(before)} → {_pm_pct(after)} | {change:+.1f} ± "
+            f"{change_spread:.1f} | {rescued:.2f} ± {rescued_spread:.2f} | "
+            f"{mean_and_spread(per_step(r, 'sampling/hinted_rollouts') for r in runs)[0]:.1f} "
+            f"({_pct(hinted_share)}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _natural_key(text: str) -> tuple[Any, ...]:
     try:
         return (0, float(text), text)
@@ -1034,7 +1099,7 @@ Final held-out accuracy (T = 1) by difficulty level; "base" is the step-0 evalua
 
 {difficulty_table(records)}
 ![accuracy by difficulty level]({link("difficulty")})
-
+{hints_section(records)}
 ### Time
 
 Share of the driver's step time (`timing/step_s`: data, rollout phase, batch, learner, weight

@@ -9,8 +9,9 @@ source against the `template` source, on held-out prompts the base policy fails.
           ─► parse rate, leak rate ─► pass rate of prompt + hint per level
 
 The lift of a level is its mean pass rate minus the control's, over the failed prompts that got a
-hint at that level; the gate is the share of those prompts with at least one correct sample (a
-group that can train). Every generation goes through one engine's `generate`.
+hint at that level, with the standard error of that paired difference; the gate is the share of
+those prompts with at least one correct sample (a group that can train). Every generation goes
+through one engine's `generate`.
 """
 
 from __future__ import annotations
@@ -35,10 +36,18 @@ class LevelQuality:
     gate: float  # share of them with at least one correct sample
     control_pass_rate: float  # the same prompts unhinted (fresh seeds)
     control_gate: float
+    # Standard error of the lift: of the mean over prompts of (hinted − control) pass rate, a
+    # paired difference, so prompt-to-prompt spread in difficulty does not inflate it.
+    lift_se: float = float("nan")
 
     @property
     def lift(self) -> float:
         return self.pass_rate - self.control_pass_rate
+
+    @property
+    def lift_in_se(self) -> float:
+        """The lift in standard errors (nan without a positive SE, e.g. below two prompts)."""
+        return self.lift / self.lift_se if self.lift_se > 0 else float("nan")
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,15 @@ def _pass_rates(
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+def _standard_error(values: Sequence[float]) -> float:
+    """SE of the mean of `values` (sample standard deviation / √n); nan below two values."""
+    if len(values) < 2:
+        return float("nan")
+    mean = _mean(values)
+    variance = sum((value - mean) ** 2 for value in values) / (len(values) - 1)
+    return (variance / len(values)) ** 0.5
 
 
 def measure_hint_quality(
@@ -135,6 +153,9 @@ def measure_hint_quality(
                     gate=_mean([float(r > 0) for r in rates]),
                     control_pass_rate=_mean(controls),
                     control_gate=_mean([float(c > 0) for c in controls]),
+                    lift_se=_standard_error(
+                        [rate - c for rate, c in zip(rates, controls, strict=True)]
+                    ),
                 )
             )
     counts = self_hints.metrics()

@@ -319,3 +319,41 @@ def test_report_only_redraws_the_section_and_plots_from_the_json(tmp_path: Path)
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"](figures/learning_{name}.png)" in text
     assert [r.to_json() for r in ReportData.load(data_path).runs] == [r.to_json() for r in runs]
+
+
+def test_the_hints_table_reports_per_step_shares_and_rescues() -> None:
+    from adarl.bench.learning_report import hints_section, hints_table
+
+    def hinted(seed: int, before: float, after: float) -> RunRecord:
+        # 10 steps of 100 rollouts; per step: the p̂ = 0 shares, 2 rescues, 20 hinted rollouts.
+        return _record(
+            "sage",
+            seed,
+            [(0, 0.1), (1000, 0.2)],
+            steps=10,
+            hints={
+                "signal/zero_pass_share_unhinted": 10 * before,
+                "signal/zero_pass_share_after_hints": 10 * after,
+                "signal/prompts_rescued_by_hints": 20.0,
+                "sampling/hinted_rollouts": 200.0,
+            },
+        )
+
+    records = [
+        _record("grpo_n4", 0, [(0, 0.1), (1000, 0.2)]),
+        hinted(0, 0.40, 0.30),
+        hinted(1, 0.50, 0.30),
+    ]
+    table = hints_table(records)
+    assert "grpo_n4" not in table  # an arm without hints has no row
+    row = next(line for line in table.splitlines() if line.startswith("| sage |"))
+    assert "45.0 ± 7.1% → 30.0 ± 0.0%" in row
+    assert "-15.0 ± 7.1" in row  # points, paired by seed
+    assert "2.00 ± 0.00" in row and "20.0 (20.0%)" in row
+    assert hints_table(records[:1]) == "" and hints_section(records[:1]) == ""
+    assert "### Hints" in hints_section(records)
+    stored = RunRecord.from_json(records[1].to_json())
+    assert stored.hints == records[1].hints
+    legacy = records[0].to_json()
+    del legacy["hints"]  # runs recorded before the field still load
+    assert RunRecord.from_json(legacy).hints == {}
