@@ -74,6 +74,9 @@ def test_the_preset_is_consistent_and_composes_with_the_experiments() -> None:
         assert config.reward.exact_match.answer_marker == "="
         assert config.rollout.max_new_tokens >= WORKED_RESPONSE_TOKENS
         assert config.eval.max_new_tokens >= WORKED_RESPONSE_TOKENS
+        # The preset's learning rate wins over the learner group's (the defaults list's order).
+        assert config.learner.learning_rate == 3e-5
+    assert _config("+experiment=sage").learner.learning_rate == 3e-4
 
 
 @pytest.mark.parametrize(
