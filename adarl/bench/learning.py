@@ -83,6 +83,9 @@ ARMS: tuple[Arm, ...] = (
     Arm("sage", "sage"),
     Arm("sage_light", "sage_light"),
     Arm("ada_seq_balance_sage", "ada_seq_balance_sage"),
+    # SAGE with its capped hint budget spent at level 3 first (issue 21: on the worked policy only
+    # ℓ3 lifts, and escalating from ℓ1 used the whole budget at ℓ1).
+    Arm("sage_l3", "sage", ("hints.first_level=3",)),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),

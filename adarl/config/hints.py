@@ -29,6 +29,9 @@ schedules and formats: docs/algorithms.md "Hints".
     show_template: how a hint is shown to the policy, appended to the prompt, with `{hint}`.
         The default `[{hint}]` is the built-in tiny model's format.
     model: the hint model (a Hugging Face directory or hub name) when `source` = "model".
+    first_level: the level of a collapsed prompt's first hint (1, SAGE's): `sage` escalates
+        from it to 3; `sage_light` never hints below it. 3 spends the hint budget on the level
+        that lifts a policy most (docs/benchmarks.md "Hints in training").
     up_threshold: sage_light moves a prompt's level up after an accuracy ≤ this (0.1).
     down_threshold: sage_light moves a prompt's level down after an accuracy > this (0.35).
     collapse_after_samples: the allocator declares a prompt collapsed (and asks for a hint)
@@ -66,6 +69,7 @@ class HintsConfig:
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE
     show_template: str = DEFAULT_SHOW_TEMPLATE
     model: str | None = None
+    first_level: int = 1
     up_threshold: float = 0.1
     down_threshold: float = 0.35
     collapse_after_samples: int = 8
@@ -106,6 +110,8 @@ class HintsConfig:
                 f"hints.model={self.model!r} is set but hints.source={self.source!r}; set "
                 "hints.source=model to use it, or hints.model=null"
             )
+        if self.first_level not in (1, 2, 3):
+            raise ValueError(f"hints.first_level={self.first_level} must be 1, 2 or 3")
         if not 0.0 <= self.up_threshold <= self.down_threshold <= 1.0:
             raise ValueError(
                 f"hints.up_threshold={self.up_threshold} and hints.down_threshold="

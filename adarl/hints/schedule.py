@@ -9,10 +9,11 @@ prompt's pass rate at the level it was rolled with (`observe`).
 
 * `off`: never a hint (the default; evaluation and deployment are always level 0).
 * `sage`: escalate within the step: attempt a gets level a (1 → 2 → 3) while the prompt is still
-  collapsed, then no more hints. Stateless.
+  collapsed, then no more hints; from `first_level` instead of 1 if set. Stateless.
 * `sage_light`: one hint per prompt per step, at a per-prompt level kept across epochs: up one
   when the accuracy observed at a level is ≤ `up_threshold`, down one when it is
-  > `down_threshold` (SAGE-light). A collapsed prompt gets at least level 1. Checkpointed.
+  > `down_threshold` (SAGE-light). A collapsed prompt gets at least level 1 (`first_level`).
+  Checkpointed.
 """
 
 from __future__ import annotations
@@ -79,12 +80,21 @@ class OffSchedule:
         return {}
 
 
+@dataclass
 class SageSchedule:
-    """Attempt a → level a within the step, none after level 3 (SAGE's on-policy escalation)."""
+    """Attempt a → level first_level + a - 1 within the step, none after level 3 (SAGE's
+    on-policy escalation, which starts at 1)."""
+
+    first_level: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.first_level <= MAX_LEVEL:
+            raise ValueError(f"sage: first_level must be in 1..{MAX_LEVEL}, got {self.first_level}")
 
     def level(self, prompt_id: str, attempt: int) -> int | None:
         _check(prompt_id, attempt=attempt)
-        return attempt if attempt <= MAX_LEVEL else None
+        level = self.first_level + attempt - 1
+        return level if level <= MAX_LEVEL else None
 
     def observe(self, prompt_id: str, *, level: int, accuracy: float) -> None:
         _check(prompt_id, level=level)
@@ -106,8 +116,13 @@ class SageLightSchedule:
 
     up_threshold: float = 0.1
     down_threshold: float = 0.35
+    first_level: int = 1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.first_level <= MAX_LEVEL:
+            raise ValueError(
+                f"sage_light: first_level must be in 1..{MAX_LEVEL}, got {self.first_level}"
+            )
         if not 0.0 <= self.up_threshold <= self.down_threshold <= 1.0:
             raise ValueError(
                 f"sage_light thresholds: need 0 <= up_threshold ({self.up_threshold}) <= "
@@ -123,7 +138,7 @@ class SageLightSchedule:
         _check(prompt_id, attempt=attempt)
         if attempt > 1:
             return None  # one hint per prompt per step
-        return max(1, self.stored_level(prompt_id))
+        return max(self.first_level, self.stored_level(prompt_id))
 
     def observe(self, prompt_id: str, *, level: int, accuracy: float) -> None:
         """Move from the level the accuracy was observed at. Call once per pool the prompt was
@@ -170,9 +185,11 @@ def build_hint_schedule(config: HintsConfig) -> HintSchedule:
     """The schedule `hints.schedule` names."""
     config.validate()
     if config.schedule == "sage":
-        return SageSchedule()
+        return SageSchedule(first_level=config.first_level)
     if config.schedule == "sage_light":
         return SageLightSchedule(
-            up_threshold=config.up_threshold, down_threshold=config.down_threshold
+            up_threshold=config.up_threshold,
+            down_threshold=config.down_threshold,
+            first_level=config.first_level,
         )
     return OffSchedule()

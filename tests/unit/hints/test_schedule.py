@@ -30,6 +30,22 @@ def test_sage_escalates_within_the_step_then_stops() -> None:
     assert schedule.state_dict() == {}
 
 
+def test_a_first_level_starts_the_escalation_there() -> None:
+    sage = build_hint_schedule(HintsConfig(schedule="sage", first_level=3))
+    assert [sage.level("p", a) for a in (1, 2)] == [3, None]
+    sage = build_hint_schedule(HintsConfig(schedule="sage", first_level=2))
+    assert [sage.level("p", a) for a in (1, 2, 3)] == [2, 3, None]
+    light = build_hint_schedule(HintsConfig(schedule="sage_light", first_level=2))
+    assert light.level("p", 1) == 2  # never below the first level
+    light.observe("p", level=2, accuracy=0.0)
+    assert light.level("p", 1) == 3  # moves up from it as before
+    for level in (0, 4):
+        with pytest.raises(ValueError, match="first_level"):
+            HintsConfig(schedule="sage", first_level=level).validate()
+        with pytest.raises(ValueError, match="first_level"):
+            SageSchedule(first_level=level)
+
+
 def test_sage_light_moves_one_level_at_a_time() -> None:
     schedule = build_hint_schedule(HintsConfig(schedule="sage_light"))
     assert isinstance(schedule, SageLightSchedule)
