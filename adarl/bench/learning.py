@@ -495,7 +495,11 @@ def setting_from_args(args: argparse.Namespace) -> Setting:
     }
     if not changes:
         return base
-    setting = Setting(**{**asdict(base), **changes, "name": f"{base.name}, customised"})
+    why = (
+        f"The {base.name} setting, customised by the options of the command above; its own "
+        f"rationale, for the runs it was sized for: {base.why}"
+    )
+    setting = Setting(**{**asdict(base), **changes, "name": f"{base.name}, customised", "why": why})
     setting.validate()
     return setting
 
