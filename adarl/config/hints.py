@@ -30,8 +30,8 @@ schedules and formats: docs/algorithms.md "Hints".
         The default `[{hint}]` is the built-in tiny model's format.
     model: the hint model (a Hugging Face directory or hub name) when `source` = "model".
     first_level: the level of a collapsed prompt's first hint (1, SAGE's): `sage` escalates
-        from it to 3; `sage_light` never hints below it. 3 spends the hint budget on the level
-        that lifts a policy most (docs/benchmarks.md "Hints in training").
+        from it to 3; `sage_light` never hints below it. 3 spends a capped hint budget on the
+        only level that lifts `model=tiny_worked` (docs/benchmarks.md "Hints in training").
     up_threshold: sage_light moves a prompt's level up after an accuracy ≤ this (0.1).
     down_threshold: sage_light moves a prompt's level down after an accuracy > this (0.35).
     collapse_after_samples: the allocator declares a prompt collapsed (and asks for a hint)
