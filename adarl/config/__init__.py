@@ -176,6 +176,14 @@ def validate_combinations(config: AdarlConfig) -> None:
                 "judges collapse, rescue and sage_light levels by pass/fail rewards, which R3 "
                 "replaces with real-valued ones at the end of the step; use one or the other"
             )
+    if config.dro.reward == "r3" and config.reward.exact_match.answer_marker is not None:
+        raise ValueError(
+            "dro.reward=r3 restates a rollout's answer as the whole response (the answer-only "
+            "format), but reward.exact_match.answer_marker="
+            f"{config.reward.exact_match.answer_marker!r} marks answers inside longer responses "
+            "(e.g. model=tiny_worked); R3 on worked solutions is not built: use the answer-only "
+            "tiny model with dro"
+        )
     config.dro.validate_with(
         sampler=alloc.sampler, advantage=alloc.group.advantage, task_source=config.task.source
     )

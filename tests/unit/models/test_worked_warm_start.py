@@ -87,6 +87,7 @@ def test_the_preset_is_consistent_and_composes_with_the_experiments() -> None:
         (("model=tiny_worked", "eval.max_new_tokens=8"), "eval.max_new_tokens=8 cuts"),
         (("model.tiny.sft_response=reasoned",), "sft_response"),
         (("model.tiny.sft_hinted_share=1.5",), "sft_hinted_share"),
+        (("model=tiny_worked", "+experiment=dro"), "R3 on worked solutions is not built"),
     ],
 )
 def test_inconsistent_settings_are_refused(overrides: tuple[str, ...], message: str) -> None:
