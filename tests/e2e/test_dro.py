@@ -5,12 +5,10 @@ trained on, and the variance filter's metrics are logged (metrics.jsonl and W&B 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _launch import launch, output_tail
 
 from adarl.logging import read_metrics_jsonl, read_wandb_offline_metrics
 
@@ -35,32 +33,15 @@ FILTER_METRICS = (
 @pytest.mark.heavy  # ~40 s; keeps make test within its 15 minutes (docs/operations.md, Tests)
 @pytest.mark.timeout(900)
 def test_dro_runs_three_steps_with_its_filter_metrics(tmp_path: Path) -> None:
-    cache = os.environ.get("ADARL_CACHE_DIR") or str(tmp_path / "cache")
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "OMP_NUM_THREADS": "1",
-        "RAY_AUTH_MODE": "disabled",
-    }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "adarl.launch",
-            "+experiment=dro",
-            "trainer.total_steps=3",
-            "rollout=vllm",
-            "cluster.num_cpus=2",
-            *SMALL,
-            f"model.cache_dir={cache}",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
+    proc = launch(
+        tmp_path,
+        "+experiment=dro",
+        "trainer.total_steps=3",
+        "rollout=vllm",
+        "cluster.num_cpus=2",
+        *SMALL,
     )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, output_tail(proc)
 
     steps = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "metrics.jsonl")}
     assert sorted(steps) == [0, 1, 2, 3]

@@ -5,12 +5,10 @@ component tests in tests/component/allocator cover the same wiring in-process)."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _launch import launch, output_tail
 
 from adarl.logging import read_metrics_jsonl, read_wandb_offline_metrics
 
@@ -42,36 +40,12 @@ EXPECTED = {
 }
 
 
-@pytest.fixture(scope="module")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
-    configured = os.environ.get("ADARL_CACHE_DIR")
-    return configured or str(tmp_path_factory.mktemp("adarl-cache"))
-
-
 @pytest.mark.heavy
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("experiment", sorted(EXPECTED))
-def test_experiment_runs_and_logs_its_signal(
-    experiment: str, tmp_path: Path, model_cache: str
-) -> None:
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    env.setdefault("RAY_AUTH_MODE", "disabled")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "adarl.launch",
-            f"+experiment={experiment}",
-            *SMALL,
-            f"model.cache_dir={model_cache}",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=800,
-        env=env,
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+def test_experiment_runs_and_logs_its_signal(experiment: str, tmp_path: Path) -> None:
+    proc = launch(tmp_path, f"+experiment={experiment}", *SMALL, timeout_s=800)
+    assert proc.returncode == 0, output_tail(proc)
     steps = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "metrics.jsonl")}
     wandb = {
         row["_step"] if "_step" in row else row["step"]: row

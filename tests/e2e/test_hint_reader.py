@@ -5,12 +5,10 @@ launch command (vLLM engine, DeepSpeed learner, Ray actors), scoring worked solu
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _launch import launch, output_tail
 
 from adarl.bench.hints import measure_model
 from adarl.logging import read_metrics_jsonl
@@ -18,16 +16,10 @@ from adarl.logging import read_metrics_jsonl
 pytestmark = [pytest.mark.heavy, pytest.mark.timeout(1200)]
 
 
-@pytest.fixture(scope="module")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
-    configured = os.environ.get("ADARL_CACHE_DIR")
-    return configured or str(tmp_path_factory.mktemp("adarl-cache"))
-
-
-def test_the_worked_policy_reads_its_hints(model_cache: str) -> None:
+def test_the_worked_policy_reads_its_hints() -> None:
     report = measure_model(
         "model=tiny_worked",
-        cache_dir=model_cache,
+        cache_dir=None,  # the session cache, $ADARL_CACHE_DIR
         prompts=128,
         samples_per_prompt=16,
         retries=2,
@@ -44,31 +36,20 @@ def test_the_worked_policy_reads_its_hints(model_cache: str) -> None:
         assert level3.lift > 0.05 and level3.lift_in_se > 3.0, (source, level3)
 
 
-def test_sage_trains_the_worked_policy(tmp_path: Path, model_cache: str) -> None:
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    env.setdefault("RAY_AUTH_MODE", "disabled")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "adarl.launch",
-            "+experiment=sage",
-            "model=tiny_worked",
-            f"model.cache_dir={model_cache}",
-            "eval.num_prompts=32",
-            "eval.samples_per_prompt=4",
-            "eval.every_steps=3",
-            "allocator.prompts_per_step=16",
-            "trainer.total_steps=3",
-            "cluster.num_cpus=2",
-            f"hydra.run.dir={tmp_path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1000,
-        env=env,
+def test_sage_trains_the_worked_policy(tmp_path: Path) -> None:
+    proc = launch(
+        tmp_path,
+        "+experiment=sage",
+        "model=tiny_worked",
+        "eval.num_prompts=32",
+        "eval.samples_per_prompt=4",
+        "eval.every_steps=3",
+        "allocator.prompts_per_step=16",
+        "trainer.total_steps=3",
+        "cluster.num_cpus=2",
+        timeout_s=1000,
     )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, output_tail(proc)
     steps = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "metrics.jsonl")}
     # Worked solutions are scored on their answer: the base is far from 0 (answer-only scoring
     # of the same responses would give exactly 0).
