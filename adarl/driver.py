@@ -91,6 +91,7 @@ class HintGeneratorLike(Protocol):
     """`adarl.hints.HintGenerator` (in-process, or its actor through a blocking proxy)."""
 
     def hints(self, requests: Sequence[HintRequest]) -> list[Hint]: ...
+    def write_ahead(self, step: int, examples: Sequence[TaskExample]) -> dict[str, float]: ...
     def metrics(self) -> dict[str, float]: ...
 
 
@@ -490,6 +491,10 @@ class Driver:
 
     A phase sampled ahead used weights ≤ t-1 and is trained at t' ≤ t+k, so it lags by ≤ k
     versions. With k = 0 nothing is sampled ahead and a step is exactly the synchronous loop.
+
+    With `write_hints_ahead` (`hints.write_ahead`, k = 0) the engines, idle while the learners
+    train, write hints for step t+1 instead: its prompts are drawn then (the draw the next step
+    would make) and the allocator names those whose record predicts a collapse.
     """
 
     def __init__(
@@ -508,6 +513,7 @@ class Driver:
         on_step_end: Callable[[StepOutcome], None] | None = None,
         max_off_policy_steps: int = 0,
         max_rollouts: int | None = None,
+        write_hints_ahead: bool = False,
     ) -> None:
         self.prompts = prompts
         self.codec = codec
@@ -529,6 +535,14 @@ class Driver:
         self.tokens_generated = 0
         self.ahead: dict[int, RolloutPhase] = {}  # step -> its phase, sampled ahead (k ≥ 1)
         self.dropped_stale_groups = 0
+        if write_hints_ahead and (hints is None or max_off_policy_steps):
+            raise ValueError(
+                "write_hints_ahead needs a hint generator and max_off_policy_steps=0 (sampling "
+                "ahead writes the next steps' hints already)"
+            )
+        self.write_hints_ahead = write_hints_ahead
+        # The next step's prompts, drawn while this step trained to write their hints.
+        self.drawn_ahead: tuple[int, list[TaskExample]] | None = None
 
     # -- one step, stage by stage ---------------------------------------------------------------
 
@@ -540,7 +554,7 @@ class Driver:
         phase = self.ahead.pop(step, None)
         if phase is None:
             with self.timer.stage("data"):
-                examples = self.prompts.next_batch(self.prompts_per_step)
+                examples = self.next_examples(step)
             with self.timer.stage("rollout"):
                 phase = self.collect_groups(step, examples)
         self.rollouts_generated += phase.rollouts
@@ -552,6 +566,7 @@ class Driver:
         with self.timer.stage("train"):
             training = self.start_training(batch)
         self.sample_ahead(step, through=sample_ahead_through)
+        hints_ahead = self.hints_ahead(step, through=sample_ahead_through)
         with self.timer.stage("train"):
             train_metrics = self.finish_training(training)
         sync_metrics: dict[str, float] = {}
@@ -568,6 +583,7 @@ class Driver:
                 "rollout phase": phase.metrics,
                 "prompt source": self.prompts.metrics(),
                 "pipeline": stale_metrics,
+                "hints ahead": hints_ahead,
                 "driver": {
                     **timings,
                     "perf/rollouts_total": float(self.rollouts_generated),
@@ -611,6 +627,43 @@ class Driver:
             with self.timer.stage("rollout_ahead"):
                 examples = self.prompts.next_batch(self.prompts_per_step)
                 self.ahead[ahead] = self.collect_groups(ahead, examples)
+
+    def next_examples(self, step: int) -> list[TaskExample]:
+        """Step `step`'s prompts: those drawn for it while the step before trained, or the next
+        batch of the source."""
+        if self.drawn_ahead is not None:
+            drawn_for, examples = self.drawn_ahead
+            self.drawn_ahead = None
+            if drawn_for != step:
+                raise RuntimeError(
+                    f"step {step}: the prompts drawn ahead were for step {drawn_for}; steps must "
+                    "run in order"
+                )
+            return examples
+        return self.prompts.next_batch(self.prompts_per_step)
+
+    def hints_ahead(self, step: int, *, through: int | None) -> dict[str, float]:
+        """While `step` trains: draw step+1's prompts and write hints for those the allocator
+        predicts to collapse (`write_hints_ahead`), unless the run may end first (the next step
+        is past `through`, a checkpoint, or the rollout budget is spent), so that no checkpoint
+        holds prompts drawn for a step not run."""
+        if not self.write_hints_ahead or self.hints is None:
+            return {}
+        coming = step + 1
+        chosen: list[TaskExample] = []
+        run_may_end = (through is not None and coming > through) or (
+            self.max_rollouts is not None and self.rollouts_generated >= self.max_rollouts
+        )
+        if run_may_end:
+            written = self.hints.write_ahead(coming, [])  # no work: its metrics, at zero
+        else:
+            with self.timer.stage("hint_ahead"):
+                examples = self.prompts.next_batch(self.prompts_per_step)
+                self.drawn_ahead = (coming, examples)
+                predicted = set(self.allocator.predicted_collapses(coming, examples))
+                chosen = [e for e in examples if e.prompt_id in predicted]
+                written = self.hints.write_ahead(coming, chosen)
+        return {"sampling/hints_ahead_predicted": float(len(chosen)), **written}
 
     def drop_stale(self, groups: Sequence[Group]) -> tuple[list[Group], dict[str, float]]:
         """Drop each group with a sample more than `max_off_policy_steps` versions behind the

@@ -279,6 +279,7 @@ class TrainingSession:
             on_step_end=self.on_step_end,
             max_off_policy_steps=config.rollout.max_off_policy_steps,
             max_rollouts=config.trainer.max_rollouts,
+            write_hints_ahead=config.hints.write_ahead,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
         if not cluster.in_process:  # learners on other nodes write shards the driver verifies

@@ -86,6 +86,8 @@ ARMS: tuple[Arm, ...] = (
     # SAGE with its capped hint budget spent at level 3 first (issue 21: on the worked policy only
     # ℓ3 lifts, and escalating from ℓ1 used the whole budget at ℓ1).
     Arm("sage_l3", "sage", ("hints.first_level=3",)),
+    # SAGE with its hints written ahead of need, while the step before trains (issue 20).
+    Arm("sage_ahead", "sage", ("hints.write_ahead=true",)),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),

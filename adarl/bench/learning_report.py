@@ -691,6 +691,7 @@ WORKLOADS = (
     "statistics",
     "pool_reward",
     "hint",
+    "hint_ahead",
 )
 
 # Step-time breakdown: (label, how it is computed from the summed timing/<name>_s).
@@ -704,7 +705,7 @@ TIME_PARTS: tuple[tuple[str, Callable[[Mapping[str, float]], float]], ...] = (
     ("weight sync", lambda t: t.get("weight_sync", 0.0)),
     ("statistics pass (GVM)", lambda t: t.get("statistics", 0.0)),
     ("pool reward (DRO's scoring)", lambda t: t.get("pool_reward", 0.0)),
-    ("hint generation", lambda t: t.get("hint", 0.0)),
+    ("hint generation", lambda t: t.get("hint", 0.0) + t.get("hint_ahead", 0.0)),
     (
         "other (data, loop)",
         lambda t: (

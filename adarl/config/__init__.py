@@ -158,6 +158,12 @@ def validate_combinations(config: AdarlConfig) -> None:
             "learner.loss.ratio_reference=learner learner.loss.tis_cap=2 (decoupled PPO), or "
             "rollout.max_off_policy_steps=0"
         )
+    if config.hints.write_ahead and lag:
+        raise ValueError(
+            f"hints.write_ahead=true with rollout.max_off_policy_steps={lag}: the next steps are "
+            "sampled, hints included, while the learners train already; set "
+            "hints.write_ahead=false (or max_off_policy_steps=0 to write only hints ahead)"
+        )
     if config.hints.schedule != "off":
         streaming = alloc.sampler in ("seq_pos", "seq_balance") and (
             alloc.sequential.mode == "streaming"

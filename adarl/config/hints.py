@@ -43,6 +43,19 @@ schedules and formats: docs/algorithms.md "Hints".
         the fraction of the unhinted samples dispatched so far; a prompt refused asks again
         after its next draw. Hinted conditions are paid from this budget, never from the
         unhinted prompts' step budget. None (default) = no ceiling.
+    write_ahead: write hints before they are needed (docs/algorithms.md "Hints ahead of need").
+        While a step trains, the next step's prompts are drawn and hints are written for those
+        whose record predicts a collapse (`write_ahead_min_collapse_probability`), on the
+        engines the learners leave idle; a prompt that then collapses finds its hint written,
+        and the rest are written when asked, as without it. Each prompt is still hinted only
+        after it collapses. The hints written ahead come from the weights before that step's
+        update (one version older). Not with source=template (nothing to write) nor where the
+        next step is sampled ahead (`rollout.max_off_policy_steps` ≥ 1 writes its hints while
+        the learners train already). False (default) = hints are written when asked.
+    write_ahead_min_collapse_probability: write a prompt's hints ahead when its posterior pass
+        rate, Beta(a, b) (its pooled prior and discounted record; docs/algorithms.md
+        "Curation"), gives P(collapse) = E[(1-p)^m] ≥ this, m = min(collapse_after_samples,
+        the sampler's per-prompt cap). 0 = every prompt of the next step.
     seed: seeds hint-mode sampling (with the prompt, the step and the attempt); None (default)
         = derived from the root `seed` (adarl/config/seeds.py).
 """
@@ -74,6 +87,8 @@ class HintsConfig:
     down_threshold: float = 0.35
     collapse_after_samples: int = 8
     max_extra_rollouts_fraction: float | None = None
+    write_ahead: bool = False
+    write_ahead_min_collapse_probability: float = 0.5
     seed: int | None = None
 
     def validate(self) -> None:
@@ -127,6 +142,22 @@ class HintsConfig:
         if self.collapse_after_samples < 1:
             raise ValueError(
                 f"hints.collapse_after_samples={self.collapse_after_samples} must be >= 1"
+            )
+        if not 0.0 <= self.write_ahead_min_collapse_probability <= 1.0:
+            raise ValueError(
+                "hints.write_ahead_min_collapse_probability="
+                f"{self.write_ahead_min_collapse_probability} must be in [0, 1] (0 = every prompt)"
+            )
+        if self.write_ahead and self.schedule == "off":
+            raise ValueError(
+                "hints.write_ahead=true but hints.schedule=off: there are no hints to write; "
+                "choose a schedule (sage, sage_light) or set hints.write_ahead=false"
+            )
+        if self.write_ahead and self.source == "template":
+            raise ValueError(
+                "hints.write_ahead=true with hints.source=template: template hints are derived "
+                "when asked at no cost, so there is nothing to write ahead; set "
+                "hints.write_ahead=false"
             )
         fraction = self.max_extra_rollouts_fraction
         if fraction is not None and not fraction > 0:

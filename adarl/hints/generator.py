@@ -82,6 +82,7 @@ class _Counters:
     leaks_rejected: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    from_ahead: int = 0  # requests answered from levels written ahead (`write_ahead`)
 
 
 class HintGenerator:
@@ -125,6 +126,7 @@ class HintGenerator:
         self._seed = seed
         self._step: int | None = None
         self._payloads: dict[str, _Payload] = {}  # prompt id -> this step's hint-mode levels
+        self._written_ahead: set[str] = set()  # prompt ids whose payload `write_ahead` wrote
         self._calls = 0
         self._counters = _Counters()
 
@@ -143,6 +145,7 @@ class HintGenerator:
         answers = [self._answer(request) for request in requests]
         counters = self._counters
         counters.requested += len(requests)
+        counters.from_ahead += sum(r.prompt_id in self._written_ahead for r in requests)
         for hint in answers:
             if hint.text is None:
                 counters.unavailable += 1
@@ -150,6 +153,34 @@ class HintGenerator:
                 counters.given[hint.level] += 1
         counters.seconds += time.perf_counter() - start
         return answers
+
+    def write_ahead(self, step: int, examples: Sequence[TaskExample]) -> dict[str, float]:
+        """Write the hint-mode levels of `examples` for the coming step `step` now (before any
+        of them is asked for: `hints.write_ahead`), with the weights the engine holds now; a
+        request of that step then reuses them as it reuses an earlier request's. Returns what
+        this cost (`sampling/hints_ahead_*`, `perf/hint_ahead_tokens`); `metrics()` does not
+        count it. Template hints cost nothing to write: refused."""
+        if self._source == "template":
+            raise ValueError("write_ahead: template hints are derived when asked; nothing to write")
+        outer, self._counters = self._counters, _Counters()
+        try:
+            self._write_payloads(
+                [
+                    HintRequest(prompt_id=e.prompt_id, example=e, level=1, step=step)
+                    for e in examples
+                ]
+            )
+            written = {e.prompt_id for e in examples if e.reference_solution}
+            self._written_ahead = written if self._step == step else set()
+            c = self._counters
+        finally:
+            self._counters = outer
+        return {
+            "sampling/hints_ahead_prompts": float(len(written)),
+            "sampling/hints_ahead_generations": float(c.generations),
+            "sampling/hints_ahead_parse_failures": float(c.parse_failures),
+            "perf/hint_ahead_tokens": float(c.tokens),
+        }
 
     def metrics(self) -> dict[str, float]:
         """Counts since the previous call (`sampling/hint_*`), hint-mode tokens generated
@@ -166,6 +197,7 @@ class HintGenerator:
             "sampling/hint_leaks_rejected": float(c.leaks_rejected),
             "perf/hint_tokens": float(c.tokens),
             "timing/hint_s": c.seconds,
+            "sampling/hint_requests_written_ahead": float(c.from_ahead),
         }
         out.update({f"sampling/hints_given_level_{k}": float(v) for k, v in c.given.items()})
         return out
@@ -204,7 +236,8 @@ class HintGenerator:
         """Make sure every requested prompt has this step's payload (generating what is new)."""
         for request in requests:
             if self._step is None or request.step > self._step:
-                self._step, self._payloads = request.step, {}  # a new step: new weights
+                # A new step: new weights, so no earlier level is reused.
+                self._step, self._payloads, self._written_ahead = request.step, {}, set()
         examples: dict[str, TaskExample] = {}
         for request in requests:
             if request.prompt_id not in self._payloads and request.example.reference_solution:

@@ -224,3 +224,31 @@ def test_sampling_ahead_lags_one_version_and_resumes_exactly(
     rows = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "a" / "metrics.jsonl")}
     assert rows[2]["sampling/dropped_stale_groups"] == 0  # lag 1 ≤ k: nothing dropped
     assert "timing/rollout_ahead_s" in rows[1] and "timing/rollout_ahead_s" not in rows[2]
+
+
+WRITE_AHEAD = ("hints=sage", "hints.max_extra_rollouts_fraction=0.25", "hints.write_ahead=true")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_hints_written_ahead_keep_the_data_order_and_resume_exactly(
+    tmp_path: Path, model_cache: str
+) -> None:
+    """SAGE with hints written while the step before trains: the same prompts every step as
+    without, nothing written ahead across the checkpoint at step 2, and a resumed run repeats
+    the uninterrupted one."""
+    uninterrupted = _session_steps(tmp_path / "a", model_cache, 4, *WRITE_AHEAD)
+    first_half = _session_steps(tmp_path / "b", model_cache, 2, *WRITE_AHEAD)
+    resumed = _session_steps(tmp_path / "b", model_cache, 4, *WRITE_AHEAD)
+    asked = _session_steps(tmp_path / "c", model_cache, 4, *WRITE_AHEAD[:2])
+
+    assert first_half == uninterrupted[:2]
+    assert resumed == uninterrupted[2:]
+    # Drawing a step's prompts while the step before trains draws the batch it would draw.
+    assert [sorted(s["prompts"]) for s in uninterrupted] == [sorted(s["prompts"]) for s in asked]
+    rows = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "a" / "metrics.jsonl")}
+    # Written while steps 1 and 3 trained (for 2 and 4); not at step 2 (a checkpoint) nor 4 (last).
+    assert ["timing/hint_ahead_s" in rows[s] for s in (1, 2, 3, 4)] == [True, False, True, False]
+    assert rows[1]["sampling/hints_ahead_predicted"] > 0
+    assert rows[1]["sampling/hints_ahead_generations"] >= rows[1]["sampling/hints_ahead_prompts"]
+    assert rows[2]["sampling/hint_requests_written_ahead"] > 0  # used by the step it was for

@@ -4,6 +4,7 @@ rises with the hint level (the hinted prompt text `prompt + hint` has its own sc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -341,3 +342,82 @@ def test_streaming_hint_ceiling_counts_each_condition_at_its_cap_until_it_ends()
     granted = sum(m[f"sampling/hint_activations/level{level}"] for level in (1, 2, 3))
     assert granted > 0.25 * unhinted / 16  # refunds let more conditions in than caps allow
     assert m["sampling/hints_refused_by_budget"] > 0
+
+
+def _collapsed_world() -> HintWorld:
+    """32 prompts that all collapse unhinted: the first 16 of difficulty 1 (never seen before
+    step 2), the last 16 of difficulty 2 (seen at step 1)."""
+    world = HintWorld([COLLAPSED] * 32)
+    world.examples = [
+        dataclasses.replace(e, difficulty=1.0 if i < 16 else 2.0)
+        for i, e in enumerate(world.examples)
+    ]
+    return world
+
+
+def _granted(phase) -> set[str]:
+    return {
+        g.prompt_id
+        for g in phase.result.groups
+        if {s.rollout.hint_level for s in g.rollouts} != {0}
+    }
+
+
+def test_hints_written_ahead_go_to_the_prompts_whose_record_predicts_a_collapse():
+    """`predicted_collapses` names the coming prompts whose history predicts a collapse, as many
+    as the hint budget can use; once the step starts they are sampled and observed first, so the
+    capped budget goes to them (their hints are ready) and not to the first collapses to arrive."""
+    world = _collapsed_world()
+    seen = world.examples[16:]
+    stages = {}
+    for ahead in (True, False):
+        allocator = _uniform(_sage(max_extra_rollouts_fraction=0.25))
+        stages[ahead] = allocator
+        world_examples = world.examples
+        world.examples = seen  # step 1: only the difficulty-2 prompts, all collapsed
+        world.run_step(allocator, 1, HintGenerator(source="template"))
+        world.examples = world_examples
+    predicted = stages[True].predicted_collapses(2, world.examples)
+    ids = [e.prompt_id for e in world.examples]
+    pools = {e.prompt_id: f"difficulty={e.difficulty:g}" for e in world.examples}
+    probabilities = stages[True].hints.collapse_probabilities(
+        stages[True].stats.history(ids, step=2, pools=pools)
+    )
+    # Unseen prompts have only the task's pooled prior; seen ones their own record of 4
+    # failures too: more probable. The most probable are kept until their expected collapses
+    # reach the 8 grants of ⌈0.25 × 32⌉; the seen prompts are equally probable, so those are
+    # the first ⌈8 / P⌉ seen ones in step order.
+    assert max(probabilities[pid] for pid in ids[:16]) < min(probabilities[pid] for pid in ids[16:])
+    assert predicted == ids[16:][: len(predicted)]
+    p_seen = probabilities[seen[0].prompt_id]
+    assert len(predicted) == math.ceil(8 / p_seen)
+    with_ahead, _ = world.run_step(stages[True], 2, HintGenerator(source="template"))
+    without, _ = world.run_step(stages[False], 2, HintGenerator(source="template"))
+    # 8 grants either way (every prompt collapses); ahead they all go to predicted prompts.
+    assert len(_granted(with_ahead)) == len(_granted(without)) == 8
+    assert _granted(with_ahead) <= set(predicted)
+    assert _granted(without) - set(predicted)  # in arrival order: unseen prompts among them
+    assert with_ahead.result.metrics["sampling/hinted_rollouts"] == 8 * N
+
+
+def test_a_wrong_prediction_costs_no_hint():
+    """Prompts predicted to collapse that do not: the first hints that waited for them are
+    granted once they are observed, so the step grants as many hints as without writing ahead."""
+    history_world = _collapsed_world()
+    step_world = HintWorld([COLLAPSED] * 16 + [EASY] * 16)  # the same prompts; the seen are easy
+    step_world.examples = history_world.examples
+    grants = {}
+    for ahead in (True, False):
+        allocator = _uniform(_sage(max_extra_rollouts_fraction=0.25))
+        all_examples = history_world.examples
+        history_world.examples = all_examples[16:]
+        history_world.run_step(allocator, 1, HintGenerator(source="template"))
+        history_world.examples = all_examples
+        predicted = allocator.predicted_collapses(2, all_examples) if ahead else []
+        phase, _ = step_world.run_step(allocator, 2, HintGenerator(source="template"))
+        grants[ahead] = _granted(phase)
+        if ahead:
+            assert predicted and not grants[ahead] & set(predicted)  # none of them collapsed
+            assert phase.result.metrics["sampling/hinted_rollouts"] == 8 * N
+    assert len(grants[True]) == len(grants[False]) == 8
+    assert grants[True] <= {e.prompt_id for e in history_world.examples[:16]}

@@ -101,6 +101,17 @@ def test_unknown_key_fails_at_composition() -> None:
             r"learner.loss.tis_cap=None do not correct",
         ),
         (["rollout.max_off_policy_steps=-1"], "must be >= 0"),
+        # Sampling ahead writes the next steps' hints already.
+        (
+            [
+                "hints=sage",
+                "hints.write_ahead=true",
+                "rollout.max_off_policy_steps=1",
+                "learner.loss.ratio_reference=learner",
+                "learner.loss.tis_cap=2",
+            ],
+            "set hints.write_ahead=false",
+        ),
     ],
 )
 def test_invalid_combination_names_key_and_fix(overrides: list[str], message: str) -> None:

@@ -164,3 +164,46 @@ def test_a_prompt_without_a_reference_solution_gets_no_hint_and_no_generation() 
         assert "reference_solution" in (hint.error or "")
         assert source.metrics()["sampling/hints_unavailable"] == 1
     assert engine.metrics()["perf/rollout_samples_total"] == 0
+
+
+def test_hints_written_ahead_answer_the_coming_step_without_a_generation() -> None:
+    generator, engine = _generator({_mode_prompt(EXAMPLE): FakePrompt(1.0, GOOD)})
+    cost = generator.write_ahead(5, [EXAMPLE])
+    assert cost == {
+        "sampling/hints_ahead_prompts": 1.0,
+        "sampling/hints_ahead_generations": 1.0,
+        "sampling/hints_ahead_parse_failures": 0.0,
+        "perf/hint_ahead_tokens": float(len(GOOD) + 1),
+    }
+    # Writing ahead is reported by write_ahead alone, not in the window of `hints`.
+    assert generator.metrics()["sampling/hint_generations"] == 0
+    hints = generator.hints(_requests(EXAMPLE, step=5))
+    assert [h.text for h in hints] == ["[12+7]", "[12+7=19]", "[12+7=19,19-3=]"]
+    metrics = generator.metrics()
+    assert metrics["sampling/hint_generations"] == 0  # every level was written ahead
+    assert metrics["sampling/hint_requests_written_ahead"] == 3
+    assert engine.metrics()["perf/rollout_samples_total"] == 1
+    # Written for step 5 only: step 6 has new weights and writes again.
+    generator.hints(_requests(EXAMPLE, levels=(1,), step=6))
+    metrics = generator.metrics()
+    assert metrics["sampling/hint_generations"] == 1
+    assert metrics["sampling/hint_requests_written_ahead"] == 0
+
+
+def test_writing_ahead_keeps_the_same_seeds_as_writing_when_asked() -> None:
+    """Same weights, same hints: a level written ahead is the level `hints` would write (the
+    attempt seeds depend on the prompt, the step and the attempt, not on when)."""
+    script = {_mode_prompt(EXAMPLE): FakePrompt(0.5, GOOD)}  # half the samples are malformed
+    for step in range(6):
+        ahead, _ = _generator(script, fallback="none")
+        asked, _ = _generator(script, fallback="none")
+        ahead.write_ahead(step, [EXAMPLE])
+        assert ahead.hints(_requests(EXAMPLE, step=step)) == asked.hints(
+            _requests(EXAMPLE, step=step)
+        )
+
+
+def test_template_hints_are_not_written_ahead() -> None:
+    generator = build_hint_generator(HintsConfig(source="template"), generate=None, codec=CODEC)
+    with pytest.raises(ValueError, match="nothing to write"):
+        generator.write_ahead(1, [EXAMPLE])

@@ -25,6 +25,9 @@ from adarl.config.hints import HintsConfig
         ({"up_threshold": 0.5, "down_threshold": 0.2}, "up_threshold <= down_threshold"),
         ({"collapse_after_samples": 0}, "collapse_after_samples"),
         ({"max_extra_rollouts_fraction": 0.0}, "max_extra_rollouts_fraction"),
+        ({"write_ahead_min_collapse_probability": 1.5}, "write_ahead_min_collapse_probability"),
+        ({"write_ahead": True}, "no hints to write"),
+        ({"write_ahead": True, "schedule": "sage", "source": "template"}, "nothing to write"),
     ],
 )
 def test_bad_values_fail_with_the_key(change: dict, message: str) -> None:
