@@ -88,6 +88,7 @@ ARMS: tuple[Arm, ...] = (
     Arm("sage_l3", "sage", ("hints.first_level=3",)),
     # SAGE with its hints written ahead of need, while the step before trains (issue 20).
     Arm("sage_ahead", "sage", ("hints.write_ahead=true",)),
+    Arm("sage_l3_ahead", "sage", ("hints.first_level=3", "hints.write_ahead=true")),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
