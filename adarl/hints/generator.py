@@ -156,19 +156,22 @@ class HintGenerator:
 
     def write_ahead(self, step: int, examples: Sequence[TaskExample]) -> dict[str, float]:
         """Write the hint-mode levels of `examples` for the coming step `step` now (before any
-        of them is asked for: `hints.write_ahead`), with the weights the engine holds now; a
-        request of that step then reuses them as it reuses an earlier request's. Returns what
+        of them is asked for: `hints.write_ahead`), with the weights the engine holds now, every
+        attempt in one round (the engines are otherwise idle); a request of that step then
+        reuses them as it reuses an earlier request's. Returns what
         this cost (`sampling/hints_ahead_*`, `perf/hint_ahead_tokens`); `metrics()` does not
         count it. Template hints cost nothing to write: refused."""
         if self._source == "template":
             raise ValueError("write_ahead: template hints are derived when asked; nothing to write")
         outer, self._counters = self._counters, _Counters()
         try:
+            # The engines are otherwise idle now: every attempt in one round, not one by one.
             self._write_payloads(
                 [
                     HintRequest(prompt_id=e.prompt_id, example=e, level=1, step=step)
                     for e in examples
-                ]
+                ],
+                attempts_at_once=True,
             )
             written = {e.prompt_id for e in examples if e.reference_solution}
             self._written_ahead = written if self._step == step else set()
@@ -232,8 +235,16 @@ class HintGenerator:
 
     # -- hint mode ---------------------------------------------------------------------------
 
-    def _write_payloads(self, requests: Sequence[HintRequest]) -> None:
-        """Make sure every requested prompt has this step's payload (generating what is new)."""
+    def _write_payloads(
+        self, requests: Sequence[HintRequest], *, attempts_at_once: bool = False
+    ) -> None:
+        """Make sure every requested prompt has this step's payload (generating what is new).
+
+        Attempts are generated one round at a time, each for the prompts still missing a level;
+        with `attempts_at_once`, every attempt of every prompt in one round (fewer rounds of a
+        latency-bound generation, more tokens). Either way a prompt's attempts are read in
+        order until its levels are complete, and each attempt has its own seed, so both give
+        the same levels."""
         for request in requests:
             if self._step is None or request.step > self._step:
                 # A new step: new weights, so no earlier level is reused.
@@ -244,13 +255,21 @@ class HintGenerator:
                 examples.setdefault(request.prompt_id, request.example)
         step = self._step if self._step is not None else 0
         pending = {prompt_id: _Payload() for prompt_id in examples}
-        for attempt in range(1 + self._retries):
+        rounds = (
+            [range(1 + self._retries)]
+            if attempts_at_once
+            else [range(attempt, attempt + 1) for attempt in range(1 + self._retries)]
+        )
+        for attempts in rounds:
             todo = [p for p, payload in pending.items() if len(payload.levels) < len(LEVELS)]
             if not todo:
                 break
-            texts = self._run_hint_mode([examples[p] for p in todo], step=step, attempt=attempt)
-            for prompt_id, text in zip(todo, texts, strict=True):
-                self._absorb(pending[prompt_id], examples[prompt_id], parse_levels(text))
+            items = [(p, attempt) for p in todo for attempt in attempts]
+            texts = self._run_hint_mode([(examples[p], attempt) for p, attempt in items], step=step)
+            for (prompt_id, _), text in zip(items, texts, strict=True):
+                payload = pending[prompt_id]
+                if len(payload.levels) < len(LEVELS):  # attempts after a complete one are unread
+                    self._absorb(payload, examples[prompt_id], parse_levels(text))
         self._payloads.update(pending)
 
     def _absorb(self, payload: _Payload, example: TaskExample, parsed: ParsedLevels) -> None:
@@ -272,7 +291,8 @@ class HintGenerator:
                 continue
             payload.levels.setdefault(level, content)
 
-    def _run_hint_mode(self, examples: list[TaskExample], *, step: int, attempt: int) -> list[str]:
+    def _run_hint_mode(self, items: list[tuple[TaskExample, int]], *, step: int) -> list[str]:
+        """One batched hint-mode generation: (example, attempt) -> its text, in order."""
         assert self._generate is not None and self._codec is not None
         assert self._sampling is not None
         self._calls += 1
@@ -288,7 +308,7 @@ class HintGenerator:
                 sampling=self._sampling,
                 seed=_hint_seed(self._seed, example.prompt_id, step, attempt),
             )
-            for index, example in enumerate(examples)
+            for index, (example, attempt) in enumerate(items)
         ]
         results = self._generate(requests)
         texts = []

@@ -169,11 +169,12 @@ def test_a_prompt_without_a_reference_solution_gets_no_hint_and_no_generation() 
 def test_hints_written_ahead_answer_the_coming_step_without_a_generation() -> None:
     generator, engine = _generator({_mode_prompt(EXAMPLE): FakePrompt(1.0, GOOD)})
     cost = generator.write_ahead(5, [EXAMPLE])
+    # Every attempt in one round (the first and 2 retries): the first is complete, the rest unread.
     assert cost == {
         "sampling/hints_ahead_prompts": 1.0,
-        "sampling/hints_ahead_generations": 1.0,
+        "sampling/hints_ahead_generations": 3.0,
         "sampling/hints_ahead_parse_failures": 0.0,
-        "perf/hint_ahead_tokens": float(len(GOOD) + 1),
+        "perf/hint_ahead_tokens": float(3 * (len(GOOD) + 1)),
     }
     # Writing ahead is reported by write_ahead alone, not in the window of `hints`.
     assert generator.metrics()["sampling/hint_generations"] == 0
@@ -182,7 +183,7 @@ def test_hints_written_ahead_answer_the_coming_step_without_a_generation() -> No
     metrics = generator.metrics()
     assert metrics["sampling/hint_generations"] == 0  # every level was written ahead
     assert metrics["sampling/hint_requests_written_ahead"] == 3
-    assert engine.metrics()["perf/rollout_samples_total"] == 1
+    assert engine.metrics()["perf/rollout_samples_total"] == 3
     # Written for step 5 only: step 6 has new weights and writes again.
     generator.hints(_requests(EXAMPLE, levels=(1,), step=6))
     metrics = generator.metrics()
@@ -191,10 +192,11 @@ def test_hints_written_ahead_answer_the_coming_step_without_a_generation() -> No
 
 
 def test_writing_ahead_keeps_the_same_seeds_as_writing_when_asked() -> None:
-    """Same weights, same hints: a level written ahead is the level `hints` would write (the
-    attempt seeds depend on the prompt, the step and the attempt, not on when)."""
+    """Same weights, same hints: a level written ahead (every attempt in one round) is the
+    level `hints` writes attempt by attempt (the attempt seeds depend on the prompt, the step
+    and the attempt, not on when or beside what)."""
     script = {_mode_prompt(EXAMPLE): FakePrompt(0.5, GOOD)}  # half the samples are malformed
-    for step in range(6):
+    for step in range(12):
         ahead, _ = _generator(script, fallback="none")
         asked, _ = _generator(script, fallback="none")
         ahead.write_ahead(step, [EXAMPLE])
