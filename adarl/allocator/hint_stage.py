@@ -58,7 +58,7 @@ class HintStage:
     # allocator).
     samples_per_condition: int = 0
     # Hints ahead of need: a coming prompt whose P(collapse) reaches this gets its hints written
-    # while the step before it trains (`predicted_collapse`).
+    # while the step before it trains (`predicted_collapses`).
     write_ahead_min_collapse_probability: float = 0.5
     # -- per step --
     step: int = -1

@@ -43,7 +43,7 @@ schedules and formats: docs/algorithms.md "Hints".
         the fraction of the unhinted samples dispatched so far; a prompt refused asks again
         after its next draw. Hinted conditions are paid from this budget, never from the
         unhinted prompts' step budget. None (default) = no ceiling.
-    write_ahead: write hints before they are needed (docs/algorithms.md "Hints ahead of need").
+    write_ahead: write hints before they are needed (docs/algorithms.md §11.1).
         While a step trains, the next step's prompts are drawn and hints are written for those
         whose record predicts a collapse (`write_ahead_min_collapse_probability`), on the
         engines the learners leave idle; a prompt that then collapses finds its hint written,
@@ -54,7 +54,7 @@ schedules and formats: docs/algorithms.md "Hints".
         the learners train already). False (default) = hints are written when asked.
     write_ahead_min_collapse_probability: write a prompt's hints ahead when its posterior pass
         rate, Beta(a, b) (its pooled prior and discounted record; docs/algorithms.md
-        "Curation"), gives P(collapse) = E[(1-p)^m] ≥ this, m = min(collapse_after_samples,
+        §5.2), gives P(collapse) = E[(1-p)^m] ≥ this, m = min(collapse_after_samples,
         the sampler's per-prompt cap). 0 = every prompt of the next step.
     seed: seeds hint-mode sampling (with the prompt, the step and the attempt); None (default)
         = derived from the root `seed` (adarl/config/seeds.py).

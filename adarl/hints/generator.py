@@ -158,9 +158,9 @@ class HintGenerator:
         """Write the hint-mode levels of `examples` for the coming step `step` now (before any
         of them is asked for: `hints.write_ahead`), with the weights the engine holds now, every
         attempt in one round (the engines are otherwise idle); a request of that step then
-        reuses them as it reuses an earlier request's. Returns what
-        this cost (`sampling/hints_ahead_*`, `perf/hint_ahead_tokens`); `metrics()` does not
-        count it. Template hints cost nothing to write: refused."""
+        reuses them as it reuses an earlier request's. Returns what this cost
+        (`sampling/hints_ahead_*`, `perf/hint_ahead_tokens`); `metrics()` does not count it.
+        Template hints cost nothing to write: refused."""
         if self._source == "template":
             raise ValueError("write_ahead: template hints are derived when asked; nothing to write")
         outer, self._counters = self._counters, _Counters()
