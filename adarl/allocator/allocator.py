@@ -143,8 +143,6 @@ class BudgetAllocator:
             hints.samples_per_condition = sampler.prompt_allowance()
         self._carry: list[CarriedGroup] = []
         self._last_metrics: dict[str, float] = {}
-        # The coming step's prompts whose hints the driver writes ahead (`predicted_collapses`).
-        self._hints_ahead: tuple[int, list[str]] | None = None
         self._reset_step()
 
     def _reset_step(self) -> None:
@@ -194,15 +192,7 @@ class BudgetAllocator:
             self._history([e.prompt_id for e in examples]),
             carried_groups=len(self._carried_in),
         )
-        requests = self._dispatch()
-        ahead, self._hints_ahead = self._hints_ahead, None
-        if self.hints is not None and ahead is not None and ahead[0] == step:
-            dispatched = {r.example.prompt_id for r in requests}
-            self.hints.hints_ready(ahead[1], dispatched=dispatched)
-            # Sampled first, so that their results (and collapses) come back first.
-            order = self.hints.grant_order([r.example.prompt_id for r in requests])
-            requests = [requests[i] for i in order]
-        return requests
+        return self._dispatch()
 
     def needs_prompts(self) -> int:
         """How many more prompts the step wants now (dynamic filter); 0 otherwise."""
@@ -240,20 +230,17 @@ class BudgetAllocator:
         )
 
     def predicted_collapses(self, step: int, examples: Sequence[TaskExample]) -> list[str]:
-        """The prompts of the coming step `step` (not started yet) whose hints are worth writing
-        ahead, in step order (`HintStage.predicted_collapses`: their record predicts a collapse),
-        for the driver to write while the step before trains (`hints.write_ahead`); once `step`
-        starts, a wave's results of these prompts are observed first (`HintStage.grant_order`).
-        [] without a hint stage. Reads the statistics only; the open step is not touched."""
+        """The prompts of the coming step `step` (not started yet) whose record predicts a
+        collapse (`HintStage.predicted_collapses`), in step order: those whose hints the driver
+        writes while the step before trains (`hints.write_ahead`). [] without a hint stage. Reads
+        the statistics only: which prompts get hints is decided as without it."""
         if self.hints is None:
             return []
         ids = [e.prompt_id for e in examples]
         history = self.stats.history(
             ids, step=step, pools={e.prompt_id: self._pool_key(e) for e in examples}
         )
-        predicted = self.hints.predicted_collapses({pid: history[pid] for pid in ids})
-        self._hints_ahead = (step, predicted)
-        return predicted
+        return self.hints.predicted_collapses({pid: history[pid] for pid in ids})
 
     def observe(self, request_id: str, scored: Sequence[ScoredRollout]) -> list[PromptRequest]:
         """Every scored rollout of one request; returns the requests this result unlocks."""
@@ -289,9 +276,6 @@ class BudgetAllocator:
             self.sampler.abandon(request.prompt_id)  # collapsed: re-rolled with a hint
         if self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING:
             self._finish_order.append(request.prompt_id)
-        if self.hints is not None:
-            for sampler_id in self.hints.grant_deferred():  # waited for hints written ahead
-                self.sampler.abandon(sampler_id)
         return self._dispatch()
 
     def update(
@@ -319,10 +303,6 @@ class BudgetAllocator:
                     f"update(begin={begin[0]}): step {self._step} is still open; finish it first"
                 )
             requests += self._start_step(*begin)
-        if self.hints is not None and self.hints.ready:
-            # Prompts whose hints were written ahead first: a capped hint budget goes to them.
-            order = self.hints.grant_order([self._open_prompt(rid) for rid, _ in results])
-            results = [results[i] for i in order]
         for request_id, scored in results:
             requests += self.observe(request_id, scored)
         if new_examples is not None:
@@ -361,11 +341,6 @@ class BudgetAllocator:
         self.sampler.fund([sampler_id])
         self.sampler.add_prompts([sampler_id], self.stats.history([sampler_id]))
         return self._dispatch()
-
-    def _open_prompt(self, request_id: str) -> str:
-        """The task prompt an open request samples ('' for an unknown id: `observe` names it)."""
-        request = self._open.get(request_id)
-        return "" if request is None else self._task_prompt_id(request.prompt_id)
 
     def _task_prompt_id(self, sampler_id: str) -> str:
         """The task prompt a sampler-side id stands for (itself, or x for a hinted x@hℓ)."""

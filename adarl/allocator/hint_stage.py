@@ -22,7 +22,6 @@ A plain object of the `BudgetAllocator`; its state is part of the allocator's.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,18 +74,12 @@ class HintStage:
     committed: int = 0  # hinted samples drawn or still allowed (see max_extra_rollouts_fraction)
     settled: set[str] = field(default_factory=set)  # hinted conditions whose cost is final
     refused_by_budget: int = 0
-    ready: set[str] = field(default_factory=set)  # prompts whose hints were written ahead
-    # Ready prompts whose unhinted condition may still collapse: a hint is reserved for each.
-    reserved: set[str] = field(default_factory=set)
-    # First hints waiting for the reservations: (sampler id, example, attempt, level).
-    deferred: list[tuple[str, TaskExample, int, int]] = field(default_factory=list)
 
     def start_step(self, step: int, prompt_ids: list[str]) -> None:
         self.step = step
         self.conditions = {pid: _Condition(pid, 0, None) for pid in prompt_ids}
         self.current = {pid: pid for pid in prompt_ids}
         self.attempts, self.abandoned, self.waiting, self.unsent = {}, set(), {}, []
-        self.ready, self.reserved, self.deferred = set(), set(), []
         self.requested_by_level = {}
         self.samples_unhinted = self.samples_hinted = self.refused_by_budget = 0
         self.committed, self.settled = 0, set()
@@ -115,38 +108,14 @@ class HintStage:
 
     def predicted_collapses(self, histories: Mapping[str, PromptHistory]) -> list[str]:
         """The coming prompts (`histories`, in step order) whose hints are worth writing ahead:
-        P(collapse) ≥ write_ahead_min_collapse_probability (`collapse_probabilities`). Under a
-        hint budget (`max_extra_rollouts_fraction`) a step grants at most H = ⌈fraction ×
-        prompts⌉ hints (every prompt drawn to its cap), so only the most probable are kept,
-        until their expected collapses Σ P reach H. Returned in step order."""
+        P(collapse) ≥ write_ahead_min_collapse_probability (`collapse_probabilities`).
+
+        Every such prompt, not only as many as a hint budget can grant: writing ahead never
+        changes which collapsed prompts get a hint (the budget goes in arrival order, as without
+        it), so a hint is ready for whichever of them are granted."""
         probability = self.collapse_probabilities(histories)
         threshold = self.write_ahead_min_collapse_probability
-        likely = [pid for pid in histories if probability[pid] >= threshold]
-        if self.max_extra_rollouts_fraction is None:
-            return likely
-        grants = math.ceil(self.max_extra_rollouts_fraction * len(histories))
-        kept: set[str] = set()
-        expected = 0.0
-        for pid in sorted(likely, key=lambda p: -probability[p]):
-            if expected >= grants:
-                break
-            kept.add(pid)
-            expected += probability[pid]
-        return [pid for pid in likely if pid in kept]
-
-    def hints_ready(self, prompt_ids: list[str], *, dispatched: set[str]) -> None:
-        """This step's prompts whose hints were written ahead: sampled and observed first
-        (`grant_order`), and a hint is reserved in the budget for each one `dispatched` (a
-        prompt a curation stage skipped is never observed) until it can no longer collapse."""
-        self.ready = set(prompt_ids)
-        self.reserved = self.ready & dispatched
-
-    def grant_order(self, prompt_ids: list[str]) -> list[int]:
-        """The order in which to observe a wave of results (indices into `prompt_ids`, the task
-        prompt of each): those whose hints are ready first, each group in arrival order. A capped
-        hint budget then goes to collapsed prompts whose hints cost no wait; which prompt gets it
-        still depends on its history, never on the samples of this step."""
-        return sorted(range(len(prompt_ids)), key=lambda i: prompt_ids[i] not in self.ready)
+        return [pid for pid in histories if probability[pid] >= threshold]
 
     def condition(self, sampler_id: str) -> _Condition:
         return self.conditions[sampler_id]
@@ -169,12 +138,7 @@ class HintStage:
         hint was asked for (the caller then abandons `sampler_id` in the sampler).
 
         Collapsed: no positive after `collapse.after_samples` samples, or no positive when the
-        sampler ended the condition's sampling earlier (a uniform draw, a futility stop).
-
-        Hints written ahead (`hints_ready`): while a ready prompt's unhinted condition may still
-        collapse, a hint for it is reserved in the budget; a first hint for another prompt that
-        fits only without those reservations waits (`grant_deferred`) if its sampling ended,
-        and is refused (asked again after its next draw) if not."""
+        sampler ended the condition's sampling earlier (a uniform draw, a futility stop)."""
         cond = self.conditions[sampler_id]
         x = cond.prompt_id
         if cond.level and sampling_ended:
@@ -182,59 +146,22 @@ class HintStage:
         if self.current.get(x) != sampler_id or x in self.waiting:
             return False
         positives = sum(is_positive(s.reward, self.positive_threshold) for s in pool)
-        collapsed = not positives and (
+        if positives or not (
             sampling_ended or self.collapse.collapsed(samples=len(pool), positives=positives)
-        )
-        if not cond.level and (positives or collapsed):
-            self.reserved.discard(x)  # whether it gets a hint is decided now
-        if not collapsed:
+        ):
             return False
         attempt = self.attempts.get(x, 0) + 1
         level = self.schedule.level(x, attempt)
         if level is None:
             return False
-        if not self._fits(reserved=0):
+        fraction = self.max_extra_rollouts_fraction
+        if fraction is not None and (
+            self.committed + self.samples_per_condition > fraction * self.samples_unhinted
+        ):
             self.refused_by_budget += 1  # asked again after its next draw, if still collapsed
             return False
-        if not cond.level and x not in self.ready and not self._fits(reserved=len(self.reserved)):
-            if sampling_ended:
-                self.deferred.append((sampler_id, example, attempt, level))
-            else:
-                self.refused_by_budget += 1
-            return False
-        self._grant(sampler_id, example, attempt=attempt, level=level, drawn=len(pool))
-        return True
-
-    def grant_deferred(self) -> list[str]:
-        """Decide the first hints that waited for prompts whose hints were written ahead, in the
-        order they collapsed: granted while the budget (with the remaining reservations) allows,
-        refused once no reservation is left to wait for. Returns the sampler ids granted (the
-        caller abandons them in the sampler)."""
-        granted, waiting = [], []
-        for sampler_id, example, attempt, level in self.deferred:
-            if self._fits(reserved=len(self.reserved)):
-                self._grant(sampler_id, example, attempt=attempt, level=level, drawn=None)
-                granted.append(sampler_id)
-            elif self.reserved:
-                waiting.append((sampler_id, example, attempt, level))
-            else:
-                self.refused_by_budget += 1
-        self.deferred = waiting
-        return granted
-
-    def _fits(self, *, reserved: int) -> bool:
-        """One more hinted condition (plus `reserved` reserved ones), each counted at the most it
-        may draw, stays under max_extra_rollouts_fraction of the unhinted samples so far."""
-        fraction = self.max_extra_rollouts_fraction
-        need = self.committed + (1 + reserved) * self.samples_per_condition
-        return fraction is None or need <= fraction * self.samples_unhinted
-
-    def _grant(
-        self, sampler_id: str, example: TaskExample, *, attempt: int, level: int, drawn: int | None
-    ) -> None:
-        x = self.conditions[sampler_id].prompt_id
-        if self.conditions[sampler_id].level and drawn is not None:
-            self._settle(sampler_id, drawn=drawn)  # abandoned: it draws no more
+        if cond.level:
+            self._settle(sampler_id, drawn=len(pool))  # abandoned: it draws no more
         self.committed += self.samples_per_condition
         self.attempts[x] = attempt
         self.abandoned.add(sampler_id)
@@ -242,6 +169,7 @@ class HintStage:
         self.waiting[x] = request
         self.unsent.append(request)
         self.requested_by_level[level] = self.requested_by_level.get(level, 0) + 1
+        return True
 
     def _settle(self, sampler_id: str, *, drawn: int) -> None:
         """A hinted condition ended (or was abandoned): its cost is what it drew."""
@@ -272,8 +200,8 @@ class HintStage:
         return sampler_id
 
     def busy(self) -> bool:
-        """Hints asked for and not yet answered, or waiting to be decided: the step cannot end."""
-        return bool(self.waiting) or bool(self.deferred)
+        """Hints asked for and not yet answered: the step cannot end."""
+        return bool(self.waiting)
 
     def finish(self, pools: Mapping[str, list[ScoredRollout]]) -> dict[str, float]:
         """After the step: tell the schedule each prompt's accuracy at every level it was rolled
@@ -320,9 +248,6 @@ class HintStage:
             "requested_by_level": dict(self.requested_by_level),
             "samples": (self.samples_unhinted, self.samples_hinted, self.refused_by_budget),
             "committed": (self.committed, sorted(self.settled)),
-            "ready": sorted(self.ready),
-            "reserved": sorted(self.reserved),
-            "deferred": list(self.deferred),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -339,10 +264,6 @@ class HintStage:
         self.samples_unhinted, self.samples_hinted, self.refused_by_budget = state["samples"]
         committed, settled = state["committed"]
         self.committed, self.settled = int(committed), set(settled)
-        # Absent in checkpoints from before hints were written ahead.
-        self.ready = set(state.get("ready", ()))
-        self.reserved = set(state.get("reserved", ()))
-        self.deferred = [tuple(d) for d in state.get("deferred", ())]  # type: ignore[misc]
 
 
 def build_hint_stage(config: HintsConfig, *, positive_threshold: float) -> HintStage | None:

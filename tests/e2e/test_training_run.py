@@ -252,3 +252,10 @@ def test_hints_written_ahead_keep_the_data_order_and_resume_exactly(
     assert rows[1]["sampling/hints_ahead_predicted"] > 0
     assert rows[1]["sampling/hints_ahead_generations"] >= rows[1]["sampling/hints_ahead_prompts"]
     assert rows[2]["sampling/hint_requests_written_ahead"] > 0  # used by the step it was for
+    # Which prompts collapse and get a first hint is decided as without writing ahead (step 2
+    # samples on the same weights either way; only the hints' text may differ).
+    asked_rows = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "c" / "metrics.jsonl")}
+    assert (
+        rows[2]["sampling/hint_activations/level1"]
+        == asked_rows[2]["sampling/hint_activations/level1"]
+    )
