@@ -107,6 +107,12 @@ class VLLMEngine:
             _require_gpu_platform(tensor_parallel_size)
             options["tensor_parallel_size"] = tensor_parallel_size
             options["distributed_executor_backend"] = "mp"
+        if _cpu_platform() and max_model_len is not None:
+            # vLLM's CPU build cannot rewind the generator of a seeded request that was prefilled
+            # in part ("CPU Generator does not use offset": the engine dies), which the scheduler
+            # does to a prompt past its per-step token budget (4,096 by default, e.g. 96 prompts
+            # of 47 tokens). A budget that holds max_num_seqs whole prompts never splits one.
+            options["max_num_batched_tokens"] = max_num_seqs * max_model_len
         self._tensor_parallel_size = tensor_parallel_size
         self._llm = LLM(
             model=model_path,
@@ -321,6 +327,12 @@ def _recording(
         del tensor
         yield name, detached
         del detached
+
+
+def _cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 def _require_gpu_platform(tensor_parallel_size: int) -> None:

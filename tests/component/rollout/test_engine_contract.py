@@ -386,3 +386,27 @@ def test_bad_requests_name_the_request(
     )
     with pytest.raises(ValueError, match=r"'long'.*max_model_len"):
         engine.generate([too_long])
+
+
+def test_a_call_past_the_default_token_budget_is_served(
+    engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """120 seeded prompts of 40 tokens (4,800 > vLLM's default 4,096 tokens per step): vLLM's CPU
+    build died when its scheduler split a seeded prompt's prefill ("CPU Generator does not use
+    offset"); the engine now gives the scheduler room for every prompt it may hold, whole."""
+    prompt = tuple(tokenizer("12+7=" * 8)["input_ids"])[:40]
+    assert len(prompt) == 40
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=4)
+    requests = [
+        GenerationRequest(
+            request_id=f"budget-{i}",
+            prompt_token_ids=prompt,
+            num_samples=1,
+            sampling=sampling,
+            seed=i,
+        )
+        for i in range(120)
+    ]
+    results = engine.generate(requests)
+    assert [r.request_id for r in results] == [r.request_id for r in requests]
+    assert all(len(r.completions) == 1 for r in results)
