@@ -823,6 +823,7 @@ def hints_table(records: Sequence[RunRecord]) -> str:
         runs = by_arm[arm]
         before = [per_step(r, "signal/zero_pass_share_unhinted") for r in runs]
         after = [per_step(r, "signal/zero_pass_share_after_hints") for r in runs]
+        hinted_per_step = mean_and_spread(per_step(r, "sampling/hinted_rollouts") for r in runs)[0]
         hinted_share = mean_and_spread(
             r.hints.get("sampling/hinted_rollouts", 0.0) / r.rollouts for r in runs
         )[0]
@@ -834,8 +835,7 @@ def hints_table(records: Sequence[RunRecord]) -> str:
         lines.append(
             f"| {arm} | {_pm_pct(before)} → {_pm_pct(after)} | {change:+.1f} ± "
             f"{change_spread:.1f} | {rescued:.2f} ± {rescued_spread:.2f} | "
-            f"{mean_and_spread(per_step(r, 'sampling/hinted_rollouts') for r in runs)[0]:.1f} "
-            f"({_pct(hinted_share)}) |"
+            f"{hinted_per_step:.1f} ({_pct(hinted_share)}) |"
         )
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,7 @@ through one engine's `generate`.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -98,11 +99,7 @@ def _mean(values: Sequence[float]) -> float:
 
 def _standard_error(values: Sequence[float]) -> float:
     """SE of the mean of `values` (sample standard deviation / √n); nan below two values."""
-    if len(values) < 2:
-        return float("nan")
-    mean = _mean(values)
-    variance = sum((value - mean) ** 2 for value in values) / (len(values) - 1)
-    return (variance / len(values)) ** 0.5
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
 
 
 def measure_hint_quality(
