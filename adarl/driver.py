@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from adarl.allocator.allocator import BudgetAllocator, StepResult
+from adarl.allocator.allocator import BudgetAllocator, StepResult, StreamUpdate
 from adarl.allocator.pool_reward import PoolReward
 from adarl.hints.types import Hint, HintRequest
 from adarl.learner.group import LearnerGroup, PendingTrainStep
@@ -319,7 +319,7 @@ def collect_groups(
     clock: Callable[[], float] = time.perf_counter,
 ) -> RolloutPhase:
     """One step's rollout phase: stream requests through the engines until the allocator says
-    the step is complete.
+    the step is complete (a `RolloutStream` with this one step open).
 
         dispatch(allocator.update(begin=(step, examples)))     # one allocator call per wave
         until the allocator reports the step complete:
@@ -334,7 +334,7 @@ def collect_groups(
             scoring pass on the engines (adarl/allocator/pool_reward.py), then finish the step;
             otherwise the call that completed the step finished it (no extra round trip)
 
-    The driver runs exactly this function; `adarl.bench.sampler` and the component tests run it
+    The driver runs exactly this loop; `adarl.bench.sampler` and the component tests run it
     with a simulated rollout pool and its virtual `clock`, so what they measure is this loop.
     Timings (on `clock`): `timing/rollout_wait_s` blocked waiting for engines,
     `timing/allocator_s` in allocator calls, `timing/dispatch_s` building and submitting
@@ -342,133 +342,296 @@ def collect_groups(
     the pool reward stage; the reward pool reports `timing/reward_s` (scoring) and the hint
     generator `timing/hint_s` (writing hints) themselves.
     """
-    phase_start = clock()
-    waited = in_allocator = dispatching = in_statistics = 0.0
-    rollouts_done = tokens_done = 0
-    rollout.metrics()  # opens the rollout pool's window: its metrics below are this phase only
-    rewards.metrics()  # likewise for the reward pool (evaluation traffic is counted apart)
-    if hints is not None:
-        hints.metrics()  # and for the hint generator
-    pending: dict[str, tuple[PromptRequest, GenerationRequest]] = {}
+    stream = RolloutStream(
+        allocator=allocator,
+        rollout=rollout,
+        rewards=rewards,
+        prompts=prompts,
+        codec=codec,
+        hints=hints,
+        pool_reward=pool_reward,
+        statistics=statistics,
+        clock=clock,
+    )
+    stream.open_step(step, examples)
+    return stream.run_until_complete(step)
 
-    def dispatch(requests: Sequence[PromptRequest]) -> None:
-        nonlocal dispatching
-        if not requests:
+
+@dataclass
+class _PhaseTally:
+    """What one open step's phase has cost so far (on the stream's clock)."""
+
+    start_s: float
+    waited: float = 0.0
+    in_allocator: float = 0.0
+    dispatching: float = 0.0
+    in_statistics: float = 0.0
+    rollouts: int = 0
+    tokens: int = 0
+
+
+NextStep = Callable[[], tuple[int, Sequence[TaskExample]] | None]
+
+
+class RolloutStream:
+    """The rollout phases of the open steps, streamed through the engines together.
+
+    One step open at a time is `collect_groups`. With the allocator's overlapping steps
+    (`max_open_steps` > 1, `rollout.cross_step_allocation`) the driver opens step t+1 while
+    step t samples (`open_next` below), so t+1's first draws fill the engines t's tail leaves
+    idle, and t+1 keeps sampling while t trains:
+
+        run_until_complete(t, open_next)   # waves of every open step until t is finished
+        run_while(training, open_next)     # waves of the steps after t while the learners train
+
+    Every wave is one drain of the engines, one scoring call and one allocator call, whatever
+    steps its results belong to. A wave's waiting, allocator and dispatch time count to the
+    oldest open step (the one the driver waits for); rollouts and tokens to their own step. A
+    phase's `wall_s` runs from its step's opening, or the previous phase's end if later, to its
+    end; the pools' metric windows run from one phase's end to the next.
+    """
+
+    def __init__(
+        self,
+        *,
+        allocator: BudgetAllocator,
+        rollout: RolloutPoolLike,
+        rewards: RewardPoolLike,
+        prompts: PromptSourceLike,
+        codec: PromptCodec,
+        hints: HintGeneratorLike | None = None,
+        pool_reward: PoolReward | None = None,
+        statistics: Callable[[StatisticsRequest], StatisticsReply] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.allocator = allocator
+        self.rollout = rollout
+        self.rewards = rewards
+        self.prompts = prompts
+        self.codec = codec
+        self.hints = hints
+        self.pool_reward = pool_reward
+        self.statistics = statistics
+        self.clock = clock
+        self.pending: dict[str, tuple[PromptRequest, GenerationRequest]] = {}
+        self.tallies: dict[int, _PhaseTally] = {}  # open step -> its phase so far
+        self.finished: dict[int, RolloutPhase] = {}  # finished, not yet taken
+        self.last_end_s: float | None = None
+        self.state: StreamUpdate | None = None  # the allocator's last answer (oldest step)
+
+    # -- what the driver calls ---------------------------------------------------------------
+
+    def open_steps(self) -> list[int]:
+        return sorted(self.tallies)
+
+    def sampling(self) -> int:
+        """Rollouts of the open steps so far (not yet in a finished phase)."""
+        return sum(t.rollouts for t in self.tallies.values())
+
+    def open_step(self, step: int, examples: Sequence[TaskExample]) -> None:
+        """Start `step`'s phase: the allocator's first draws of its prompts go to the engines."""
+        if not self.tallies:
+            # Opens the pools' windows: their metrics at this phase's end are this phase's
+            # (evaluation traffic is counted apart).
+            self.rollout.metrics()
+            self.rewards.metrics()
+            if self.hints is not None:
+                self.hints.metrics()
+        self.tallies[step] = _PhaseTally(start_s=self.clock())
+        self._update(begin=(step, examples))
+
+    def run_until_complete(self, step: int, open_next: NextStep | None = None) -> RolloutPhase:
+        """Stream waves until `step`'s phase is finished; `open_next` is asked after every wave
+        for a step to open (None: none now)."""
+        while step not in self.finished:
+            if step not in self.tallies:
+                raise RuntimeError(f"step {step} was never opened in this rollout stream")
+            self._wave(open_next)
+        return self.finished.pop(step)
+
+    def run_while(self, busy: Callable[[], bool], open_next: NextStep | None = None) -> None:
+        """Stream waves while `busy()` (checked between waves) and a step is open or opens."""
+        while busy():
+            if not self.tallies and not self._open_next(open_next):
+                return
+            self._wave(open_next)
+
+    def take(self, step: int) -> RolloutPhase | None:
+        """`step`'s phase if it finished while the driver waited for something else."""
+        return self.finished.pop(step, None)
+
+    def discard_open(self) -> int:
+        """Wait for every request in flight, then close the open steps without groups (the
+        run ends before they train): returns the rollouts dropped."""
+        dropped = self.sampling() + sum(p.rollouts for p in self.finished.values())
+        while self.pending:
+            for result in self.rollout.drain_completed():
+                self.pending.pop(result.request_id)
+                dropped += sum(1 for _ in result.completions)
+        self.allocator.discard_open_steps()
+        self.tallies.clear()
+        self.finished.clear()
+        self.state = None
+        return dropped
+
+    # -- one wave ----------------------------------------------------------------------------
+
+    def _wave(self, open_next: NextStep | None) -> None:
+        state = self.state
+        assert state is not None
+        step = min(self.tallies)
+        tally = self.tallies[step]
+        if state.complete:  # a pool reward stage finishes the step itself
+            self._finish_with_pool_reward(step)
             return
-        start = clock()
-        sent = [codec.generation_request(r) for r in requests]
-        for request, generation in zip(requests, sent, strict=True):
-            pending[request.request_id] = (request, generation)
-        rollout.submit(sent)
-        dispatching += clock() - start
-
-    # The step's start and finish ride on the waves' allocator calls (one round trip per wave);
-    # a pool reward stage rescores the finished pools first, so it finishes the step itself.
-    finishing = pool_reward is None
-    start = clock()
-    state = allocator.update(begin=(step, examples), finish_when_complete=finishing)
-    in_allocator += clock() - start
-    dispatch(state.requests)
-    while not state.complete:
         if state.hints:
-            if hints is None:
+            if self.hints is None:
                 raise RuntimeError(
                     f"step {step}: the allocator asked for {len(state.hints)} hints but this "
                     "rollout phase has no hint generator (pass hints=...)"
                 )
-            answers = hints.hints(state.hints)
-            start = clock()
-            state = allocator.update(hints=answers, finish_when_complete=finishing)
-            in_allocator += clock() - start
-            dispatch(state.requests)
-            continue
+            answers = self.hints.hints(state.hints)
+            self._update(hints=answers)
+            return
         if state.statistics is not None:
-            if statistics is None:
+            if self.statistics is None:
                 raise RuntimeError(
                     f"step {step}: the sampler asked for {state.statistics.kind!r} statistics but "
                     "this rollout phase has no statistics provider (pass statistics=...)"
                 )
-            start = clock()
-            reply = statistics(state.statistics)
-            in_statistics += clock() - start
-            start = clock()
-            state = allocator.update(statistics=reply, finish_when_complete=finishing)
-            in_allocator += clock() - start
-            dispatch(state.requests)
-            continue
+            start = self.clock()
+            reply = self.statistics(state.statistics)
+            tally.in_statistics += self.clock() - start
+            self._update(statistics=reply)
+            return
         if state.prompts_wanted:
-            batch = prompts.next_batch(state.prompts_wanted)
-            start = clock()
-            state = allocator.update(new_examples=batch, finish_when_complete=finishing)
-            in_allocator += clock() - start
-            dispatch(state.requests)
-            continue
-        if not pending:
+            self._update(new_examples=self.prompts.next_batch(state.prompts_wanted))
+            return
+        if not self.pending:
             raise RuntimeError(
                 f"step {step}: the allocator is waiting for results but no request is in "
                 "flight; this is a bug in the sampler (it neither finished nor asked for more)"
             )
-        start = clock()
-        returned = rollout.drain_completed()
-        waited += clock() - start
+        start = self.clock()
+        returned = self.rollout.drain_completed()
+        tally.waited += self.clock() - start
         per_result: list[list[Rollout]] = []
         flat_examples: list[TaskExample] = []
         for result in returned:
-            request, sent = pending.pop(result.request_id)
-            per_result.append(PromptCodec.rollouts(request, sent, result))
-            flat_examples += [request.example] * len(per_result[-1])
+            request, sent = self.pending.pop(result.request_id)
+            rollouts = PromptCodec.rollouts(request, sent, result)
+            per_result.append(rollouts)
+            flat_examples += [request.example] * len(rollouts)
+            owner = self.tallies[request.step]
+            owner.rollouts += len(rollouts)
+            owner.tokens += sum(len(r.completion.token_ids) for r in rollouts)
         flat = [r for rs in per_result for r in rs]
-        rollouts_done += len(flat)
-        tokens_done += sum(len(r.completion.token_ids) for r in flat)
         # One scoring call and one allocator call for everything that came back together.
-        scored = rewards.score(flat, flat_examples) if flat else []
+        scored = self.rewards.score(flat, flat_examples) if flat else []
         observed, offset = [], 0
         for result, rs in zip(returned, per_result, strict=True):
             observed.append((result.request_id, scored[offset : offset + len(rs)]))
             offset += len(rs)
-        start = clock()
-        state = allocator.update(results=observed, finish_when_complete=finishing)
-        in_allocator += clock() - start
-        dispatch(state.requests)
-    stage_metrics: dict[str, float] = {}
-    if pool_reward is not None:
-        start = clock()
-        rescored = pool_reward.rescore(allocator.finished_pools(), score=rollout.score)
-        stage_metrics = {**pool_reward.metrics(), "timing/pool_reward_s": clock() - start}
-        start = clock()
-        allocator.rescore_pools(rescored)
-        in_allocator += clock() - start
-    pool_metrics = rollout.metrics()
-    utilisation = pool_metrics.get("perf/rollout_engine_utilisation")
-    result = state.result
-    if result is None:
-        start = clock()
-        result = allocator.finish_step(engine_utilisation=utilisation)
-        in_allocator += clock() - start
-    elif utilisation is not None:  # what finish_step logs when handed it
-        metrics_with = {**result.metrics, "sampling/engine_utilisation": float(utilisation)}
-        result = dataclasses.replace(result, metrics=metrics_with)
-    metrics = merge_metrics(
-        {
-            "rollout pool": pool_metrics,
-            "reward pool": rewards.metrics(),
-            "pool reward": stage_metrics,
-            "hint generator": hints.metrics() if hints is not None else {},
-            "rollout phase": {
-                "timing/rollout_wait_s": waited,
-                "timing/allocator_s": in_allocator,
-                "timing/dispatch_s": dispatching,
-                "timing/statistics_s": in_statistics,
-            },
-        }
-    )
-    return RolloutPhase(
-        result=result,
-        metrics=metrics,
-        rollouts=rollouts_done,
-        tokens=tokens_done,
-        wall_s=clock() - phase_start,
-    )
+        self._update(results=observed)
+        self._open_next(open_next)
+
+    def _open_next(self, open_next: NextStep | None) -> bool:
+        coming = open_next() if open_next is not None else None
+        if coming is None:
+            return False
+        self.open_step(*coming)
+        return True
+
+    def _update(self, **kwargs: Any) -> None:
+        """One allocator call (finishing the oldest step when it completes, unless a pool reward
+        stage must rescore it first), then dispatch what it unlocked."""
+        tally = self.tallies[min(self.tallies)]
+        start = self.clock()
+        state = self.allocator.update(**kwargs, finish_when_complete=self.pool_reward is None)
+        tally.in_allocator += self.clock() - start
+        self._dispatch(state.requests, tally)
+        self.state = state
+        while self.state is not None and self.state.result is not None:
+            self._finished(self.state.result)
+            # The next open step may have completed already (nothing of it left in flight).
+            self.state = None
+            if self.tallies:
+                tally = self.tallies[min(self.tallies)]
+                start = self.clock()
+                state = self.allocator.update(finish_when_complete=self.pool_reward is None)
+                tally.in_allocator += self.clock() - start
+                self._dispatch(state.requests, tally)
+                self.state = state
+
+    def _dispatch(self, requests: Sequence[PromptRequest], tally: _PhaseTally) -> None:
+        if not requests:
+            return
+        start = self.clock()
+        sent = [self.codec.generation_request(r) for r in requests]
+        for request, generation in zip(requests, sent, strict=True):
+            self.pending[request.request_id] = (request, generation)
+        self.rollout.submit(sent)
+        tally.dispatching += self.clock() - start
+
+    def _finish_with_pool_reward(self, step: int) -> None:
+        assert self.pool_reward is not None
+        tally = self.tallies[step]
+        start = self.clock()
+        rescored = self.pool_reward.rescore(
+            self.allocator.finished_pools(), score=self.rollout.score
+        )
+        stage_metrics = {**self.pool_reward.metrics(), "timing/pool_reward_s": self.clock() - start}
+        start = self.clock()
+        self.allocator.rescore_pools(rescored)
+        tally.in_allocator += self.clock() - start
+        pool_metrics = self.rollout.metrics()
+        utilisation = pool_metrics.get("perf/rollout_engine_utilisation")
+        start = self.clock()
+        result = self.allocator.finish_step(engine_utilisation=utilisation)
+        tally.in_allocator += self.clock() - start
+        self.state = None
+        self._record(result, pool_metrics, stage_metrics)
+
+    def _finished(self, result: StepResult) -> None:
+        """A step the allocator finished in an update: its phase, with the engines' use."""
+        pool_metrics = self.rollout.metrics()
+        utilisation = pool_metrics.get("perf/rollout_engine_utilisation")
+        if utilisation is not None:  # what finish_step logs when handed it
+            metrics_with = {**result.metrics, "sampling/engine_utilisation": float(utilisation)}
+            result = dataclasses.replace(result, metrics=metrics_with)
+        self._record(result, pool_metrics, {})
+
+    def _record(
+        self,
+        result: StepResult,
+        pool_metrics: dict[str, float],
+        stage_metrics: dict[str, float],
+    ) -> None:
+        tally = self.tallies.pop(result.step)
+        metrics = merge_metrics(
+            {
+                "rollout pool": pool_metrics,
+                "reward pool": self.rewards.metrics(),
+                "pool reward": stage_metrics,
+                "hint generator": self.hints.metrics() if self.hints is not None else {},
+                "rollout phase": {
+                    "timing/rollout_wait_s": tally.waited,
+                    "timing/allocator_s": tally.in_allocator,
+                    "timing/dispatch_s": tally.dispatching,
+                    "timing/statistics_s": tally.in_statistics,
+                },
+            }
+        )
+        end = self.clock()
+        began = tally.start_s if self.last_end_s is None else max(tally.start_s, self.last_end_s)
+        self.last_end_s = end
+        self.finished[result.step] = RolloutPhase(
+            result=result,
+            metrics=metrics,
+            rollouts=tally.rollouts,
+            tokens=tally.tokens,
+            wall_s=end - began,
+        )
 
 
 @dataclass
@@ -492,6 +655,18 @@ class Driver:
     A phase sampled ahead used weights ≤ t-1 and is trained at t' ≤ t+k, so it lags by ≤ k
     versions. With k = 0 nothing is sampled ahead and a step is exactly the synchronous loop.
 
+    With `cross_step_allocation` (`rollout.cross_step_allocation`, k ≥ 1) the phases are not
+    sampled ahead whole but streamed into each other (`RolloutStream`):
+
+        phase_t = stream.run_until_complete(t)        # step t+1..t+k open as soon as allowed
+        learners.start_train_step(batch_t)
+        stream.run_while(the learners train)         # steps t+1..t+k keep sampling
+        learners.finish_train_step(); sync_weights()  # lands between engine calls
+
+    A step t' opens while step t'-k or later is current, so its samples are drawn on the
+    weights that step sampled with or newer and trained at t': they lag by ≤ k versions, as
+    above, and no step's tail holds the engines idle while a later step could sample.
+
     With `write_hints_ahead` (`hints.write_ahead`, k = 0) the engines, idle while the learners
     train, write hints for step t+1 instead: its prompts are drawn then (the draw the next step
     would make) and the allocator names those whose record predicts a collapse.
@@ -514,6 +689,7 @@ class Driver:
         max_off_policy_steps: int = 0,
         max_rollouts: int | None = None,
         write_hints_ahead: bool = False,
+        cross_step_allocation: bool = False,
     ) -> None:
         self.prompts = prompts
         self.codec = codec
@@ -543,6 +719,24 @@ class Driver:
         self.write_hints_ahead = write_hints_ahead
         # The next step's prompts, drawn while this step trained to write their hints.
         self.drawn_ahead: tuple[int, list[TaskExample]] | None = None
+        if cross_step_allocation and (max_off_policy_steps < 1 or hints is not None or pool_reward):
+            raise ValueError(
+                "cross_step_allocation needs max_off_policy_steps >= 1, no hint generator and no "
+                "pool reward stage (rollout.cross_step_allocation)"
+            )
+        # The steps' phases streamed into each other (None: one phase at a time).
+        self.stream = (
+            RolloutStream(
+                allocator=allocator,
+                rollout=rollout,
+                rewards=rewards,
+                prompts=prompts,
+                codec=codec,
+                statistics=self.statistics,
+            )
+            if cross_step_allocation
+            else None
+        )
 
     # -- one step, stage by stage ---------------------------------------------------------------
 
@@ -551,8 +745,11 @@ class Driver:
         while it trains (the session stops at a checkpoint so that none holds samples in
         flight; None = no limit but k)."""
         step_start = time.perf_counter()
-        phase = self.ahead.pop(step, None)
-        if phase is None:
+        if self.stream is not None:
+            phase = self.streamed_phase(step, through=sample_ahead_through)
+        elif (ahead := self.ahead.pop(step, None)) is not None:
+            phase = ahead
+        else:
             with self.timer.stage("data"):
                 examples = self.next_examples(step)
             with self.timer.stage("rollout"):
@@ -565,7 +762,14 @@ class Driver:
             batch = TrainBatch.from_groups(groups, pad_token_id=self.codec.pad_token_id)
         with self.timer.stage("train"):
             training = self.start_training(batch)
-        self.sample_ahead(step, through=sample_ahead_through)
+        if self.stream is not None:
+            with self.timer.stage("rollout_ahead"):
+                self.stream.run_while(
+                    lambda: training is not None and not self.learners.train_step_done(training),
+                    self.step_opener(step, through=sample_ahead_through),
+                )
+        else:
+            self.sample_ahead(step, through=sample_ahead_through)
         hints_ahead = self.hints_ahead(step, through=sample_ahead_through)
         with self.timer.stage("train"):
             train_metrics = self.finish_training(training)
@@ -628,6 +832,55 @@ class Driver:
                 examples = self.prompts.next_batch(self.prompts_per_step)
                 self.ahead[ahead] = self.collect_groups(ahead, examples)
 
+    def streamed_phase(self, step: int, *, through: int | None) -> RolloutPhase:
+        """Step `step`'s phase from the stream: opened now unless it opened while earlier steps
+        sampled, streamed until it is finished, later steps opening as they are allowed."""
+        assert self.stream is not None
+        phase = self.stream.take(step)
+        if phase is not None:
+            return phase
+        if step not in self.stream.open_steps():
+            with self.timer.stage("data"):
+                examples = self.next_examples(step)
+            with self.timer.stage("rollout"):
+                self.stream.open_step(step, examples)
+        with self.timer.stage("rollout"):
+            return self.stream.run_until_complete(step, self.step_opener(step, through=through))
+
+    def step_opener(
+        self, step: int, *, through: int | None
+    ) -> Callable[[], tuple[int, list[TaskExample]] | None]:
+        """While `step` samples or trains: the next step to open in the stream, if it may open
+        now: within k of `step`, not past `through` (a checkpoint), and while the rollouts
+        trained and sampling stay under `max_rollouts`."""
+        assert self.stream is not None
+        stream = self.stream
+        last = step + self.max_off_policy_steps
+        if through is not None:
+            last = min(last, through)
+
+        def open_next() -> tuple[int, list[TaskExample]] | None:
+            coming = max([step, *stream.open_steps(), *stream.finished]) + 1
+            if coming > last:
+                return None
+            sampled = (
+                self.rollouts_generated
+                + stream.sampling()
+                + sum(p.rollouts for p in stream.finished.values())
+            )
+            if self.max_rollouts is not None and sampled >= self.max_rollouts:
+                return None
+            return coming, self.prompts.next_batch(self.prompts_per_step)
+
+        return open_next
+
+    def end_stream(self) -> dict[str, float]:
+        """At the run's end: wait for the steps still sampling and drop them (counted in
+        `sampling/rollouts_discarded_at_end`), so that the last checkpoint holds none."""
+        if self.stream is None:
+            return {}
+        return {"sampling/rollouts_discarded_at_end": float(self.stream.discard_open())}
+
     def next_examples(self, step: int) -> list[TaskExample]:
         """Step `step`'s prompts: those drawn for it while the step before trained, or the next
         batch of the source."""
@@ -679,9 +932,12 @@ class Driver:
             )
         ]
         self.dropped_stale_groups += len(groups) - len(kept)
+        ahead = len(self.ahead)
+        if self.stream is not None:  # later steps opened, finished or not, and not yet trained
+            ahead += len(self.stream.open_steps()) + len(self.stream.finished)
         return kept, {
             "sampling/dropped_stale_groups": float(self.dropped_stale_groups),
-            "sampling/steps_sampled_ahead": float(len(self.ahead)),
+            "sampling/steps_sampled_ahead": float(ahead),
         }
 
     def statistics(self, request: StatisticsRequest) -> StatisticsReply:

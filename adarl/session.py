@@ -203,6 +203,8 @@ class TrainingSession:
         )
         # DRO's variance filter wraps whichever sampler was built (unchanged when it is off).
         kwargs["sampler"] = build_variance_filter(config.dro.filter, kwargs["sampler"])
+        if config.rollout.cross_step_allocation:  # steps t..t+k open at once
+            kwargs["max_open_steps"] = config.rollout.max_off_policy_steps + 1
         self.objective = declare_objective(
             config.allocator, hint_schedule=config.hints.schedule, reward=config.dro.reward
         )
@@ -280,6 +282,7 @@ class TrainingSession:
             max_off_policy_steps=config.rollout.max_off_policy_steps,
             max_rollouts=config.trainer.max_rollouts,
             write_hints_ahead=config.hints.write_ahead,
+            cross_step_allocation=config.rollout.cross_step_allocation,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
         if not cluster.in_process:  # learners on other nodes write shards the driver verifies
@@ -323,6 +326,8 @@ class TrainingSession:
             out_of_budget = budget is not None and rollouts >= budget
             final = step == total or out_of_budget
             metrics = dict(outcome.metrics)
+            if out_of_budget:  # steps opened ahead will not train: dropped before the checkpoint
+                metrics.update(self.driver.end_stream())
             metrics["perf/wall_s"] = self.wall_s()
             if self._eval_due(step, rollouts_before, rollouts, final=final):
                 evaluated = self.evaluate(step=step)

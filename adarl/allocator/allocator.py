@@ -24,10 +24,20 @@ Requests are seeded and named from (seed, step, prompt id, draw index), so the s
 the same requests whatever the order results come back in, and a restored allocator continues
 exactly. Surplus kept groups (dynamic filter) are carried to later steps, oldest first, each
 with the step that produced it and its weight version, until `max_carry_age_steps` expires it.
+
+Overlapping steps (`max_open_steps` > 1, `rollout.cross_step_allocation`): `update(begin=...)` may
+open step t+1 while step t still samples, so that t+1's first draws fill the engines t's tail
+leaves idle. Each open step is a lane with its own pools, requests and sampler (a fresh copy of
+the configured one: only samplers whose `start_step` resets everything, `steps_independent`);
+results are routed to the lane that holds their request; steps finish in the order they opened,
+and `complete`/`result` of an update are the oldest open step's. The per-prompt statistics are
+shared: a step reads the records of the steps finished before it opened (with overlap, usually
+not its predecessor's).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import time
@@ -114,6 +124,28 @@ class _OpenRequest:
     num_samples: int
 
 
+# A step's own state: what `_reset_step` sets, and the sampler running it. With overlapping steps
+# (`max_open_steps` > 1) the steps not being worked on are parked as these fields' values and
+# swapped back when a call touches them, so every method below reads one step at a time.
+_LANE_FIELDS = (
+    "_step",
+    "_examples",
+    "_pools",
+    "_open",
+    "_finish_order",
+    "_carried_in",
+    "_carried_expired",
+    "_requests",
+    "_duplicates_skipped",
+    "_statistics_request",
+    "_statistics_asked",
+    "_statistics_prompts",
+    "_compute_s",
+    "_calls",
+    "sampler",
+)
+
+
 class BudgetAllocator:
     def __init__(
         self,
@@ -126,11 +158,31 @@ class BudgetAllocator:
         positive_threshold: float = 0.5,
         hints: HintStage | None = None,
         prior_pool: str = "difficulty",
+        max_open_steps: int = 1,
     ) -> None:
         if prior_pool not in ("difficulty", "task"):
             raise ValueError(f"prior_pool must be 'difficulty' or 'task', got {prior_pool!r}")
         if max_carry_age_steps < 0:
             raise ValueError(f"max_carry_age_steps must be >= 0, got {max_carry_age_steps}")
+        if max_open_steps < 1:
+            raise ValueError(f"max_open_steps must be >= 1, got {max_open_steps}")
+        if max_open_steps > 1:
+            if not getattr(sampler, "steps_independent", False):
+                raise ValueError(
+                    f"max_open_steps={max_open_steps}: sampler {sampler.name!r} keeps state across "
+                    "steps, so two of its steps cannot run side by side; overlapping steps "
+                    "(rollout.cross_step_allocation) need seq_balance, seq_pos or uniform "
+                    "without curation or a variance filter"
+                )
+            if hints is not None:
+                raise ValueError(
+                    f"max_open_steps={max_open_steps}: the hint stage keeps one step's collapses "
+                    "and budget; turn hints off or rollout.cross_step_allocation=false"
+                )
+        self.max_open_steps = max_open_steps
+        # The configured sampler before any step: each overlapping step runs a copy of it.
+        self._fresh_sampler = copy.deepcopy(sampler) if max_open_steps > 1 else None
+        self._parked: dict[int, dict[str, Any]] = {}  # step -> its lane (`_LANE_FIELDS`)
         self.sampler = sampler
         self.group_builder = group_builder
         self.stats = stats if stats is not None else PromptStatsStore()
@@ -168,18 +220,51 @@ class BudgetAllocator:
     # -- the step ----------------------------------------------------------------------------
 
     def start_step(self, step: int, examples: Sequence[TaskExample]) -> list[PromptRequest]:
-        """Begin `step` with a batch of prompts; returns the first requests to dispatch."""
-        if self._step is not None:
-            raise RuntimeError(
-                f"start_step({step}): step {self._step} is still open; call finish_step() first"
-            )
+        """Begin `step` with a batch of prompts; returns the first requests to dispatch. With
+        `max_open_steps` > 1 the steps open before keep sampling (the last opened is the one
+        worked on until the next call routes elsewhere)."""
         started = time.perf_counter()
         requests = self._start_step(step, examples)
+        oldest = min(self.open_steps())
+        self._switch_to(oldest)
         self._count_call(started)
         return requests
 
+    def discard_open_steps(self) -> list[int]:
+        """Close every open step without groups or statistics (the run ends before they train;
+        their requests must have returned or been abandoned by the caller). Returns them."""
+        closed = self.open_steps()
+        self._parked.clear()
+        self._reset_step()
+        return closed
+
+    def open_steps(self) -> list[int]:
+        """The steps started and not finished, oldest first (one unless steps overlap)."""
+        current = [] if self._step is None else [self._step]
+        return sorted(current + list(self._parked))
+
     def _start_step(self, step: int, examples: Sequence[TaskExample]) -> list[PromptRequest]:
         check_new_prompt_ids([e.prompt_id for e in examples], {}, what="start_step")
+        open_steps = self.open_steps()
+        if open_steps:
+            if len(open_steps) >= self.max_open_steps:
+                raise RuntimeError(
+                    f"start_step({step}): step {open_steps[0]} is still open"
+                    + (
+                        "; call finish_step() first"
+                        if self.max_open_steps == 1
+                        else f" and {len(open_steps)} steps are open, the most "
+                        f"max_open_steps={self.max_open_steps} allows"
+                    )
+                )
+            if step <= open_steps[-1]:
+                raise RuntimeError(
+                    f"start_step({step}): step {open_steps[-1]} is open already; steps open in "
+                    "increasing order"
+                )
+            self._park()
+            assert self._fresh_sampler is not None
+            self.sampler = copy.deepcopy(self._fresh_sampler)
         self._reset_step()
         self._step = step
         self._take_carried(step)
@@ -298,13 +383,16 @@ class BudgetAllocator:
         started = time.perf_counter()
         requests: list[PromptRequest] = []
         if begin is not None:
-            if self._step is not None:
+            if self._step is not None and self.max_open_steps == 1:
                 raise RuntimeError(
                     f"update(begin={begin[0]}): step {self._step} is still open; finish it first"
                 )
             requests += self._start_step(*begin)
         for request_id, scored in results:
+            self._switch_to(self._lane_of(request_id))
             requests += self.observe(request_id, scored)
+        if self._parked:  # what follows is the oldest step's (the one the driver waits for)
+            self._switch_to(min(self.open_steps()))
         if new_examples is not None:
             requests += self.add_prompts(new_examples)
         if statistics is not None:
@@ -458,7 +546,10 @@ class BudgetAllocator:
         return self._finish_step(engine_utilisation=engine_utilisation, started=time.perf_counter())
 
     def _finish_step(self, *, engine_utilisation: float | None, started: float) -> StepResult:
-        """`finish_step`, counted as one call begun at `started` (its own, or `update`'s)."""
+        """`finish_step` of the oldest open step, counted as one call begun at `started` (its
+        own, or `update`'s); the next open step, if any, is worked on after it."""
+        if self._parked:
+            self._switch_to(min(self.open_steps()))
         self._require_open("finish_step")
         if not self.step_complete():
             raise RuntimeError(
@@ -588,6 +679,8 @@ class BudgetAllocator:
         self._warn(result)
         self._last_metrics = metrics
         self._reset_step()
+        if self._parked:
+            self._restore(min(self._parked))
         return result
 
     # -- statistics --------------------------------------------------------------------------
@@ -602,7 +695,13 @@ class BudgetAllocator:
     # -- checkpointing -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly, an open step included (picklable)."""
+        """Everything needed to continue exactly, an open step included (picklable). Not with
+        overlapping steps open: a checkpoint is taken between steps, none sampling ahead."""
+        if self._parked:
+            raise RuntimeError(
+                f"state_dict: steps {self.open_steps()} are open; overlapping steps are not "
+                "checkpointed (the session opens no step past a checkpoint)"
+            )
         return {
             "sampler": self.sampler.state_dict(),
             "stats": self.stats.state_dict(),
@@ -655,6 +754,30 @@ class BudgetAllocator:
             self.hints.load_state_dict(state["hints"])
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _lane_of(self, request_id: str) -> int:
+        """The open step whose request this is (the one worked on first)."""
+        if request_id in self._open or not self._parked:
+            return self._step if self._step is not None else -1
+        for step, lane in self._parked.items():
+            if request_id in lane["_open"]:
+                return step
+        return self._step if self._step is not None else -1  # unknown: observe says so
+
+    def _park(self) -> None:
+        assert self._step is not None
+        self._parked[self._step] = {name: getattr(self, name) for name in _LANE_FIELDS}
+
+    def _restore(self, step: int) -> None:
+        for name, value in self._parked.pop(step).items():
+            setattr(self, name, value)
+
+    def _switch_to(self, step: int) -> None:
+        """Work on open step `step` (no-op when it is the current one)."""
+        if step == self._step or step not in self._parked:
+            return
+        self._park()
+        self._restore(step)
 
     def _count_call(self, started: float) -> None:
         self._compute_s += time.perf_counter() - started

@@ -58,6 +58,8 @@ GRESO_EASY_SHARE = 1.0 / 3.0
 class HistorySkip:
     """A `Sampler` wrapper that draws each candidate with a probability set by its history."""
 
+    steps_independent = False  # its skip/filter state spans steps (not delegated)
+
     def __init__(
         self,
         inner: Sampler,

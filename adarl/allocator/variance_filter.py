@@ -47,6 +47,8 @@ class VarianceFilter:
     Also a `PoolStatisticsObserver` (adarl/allocator/pool_reward.py).
     """
 
+    steps_independent = False  # its skip/filter state spans steps (not delegated)
+
     def __init__(
         self,
         inner: Sampler,

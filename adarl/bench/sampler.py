@@ -29,10 +29,12 @@ from pathlib import Path
 
 from adarl.algo.gate import terminal_counts
 from adarl.allocator import build_allocator
+from adarl.allocator.allocator import BudgetAllocator
+from adarl.allocator.build import allocator_kwargs
 from adarl.allocator.metrics import is_mixed
 from adarl.bench.bandit import NoPrompts
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
-from adarl.driver import RolloutPhase, RolloutPoolLike, collect_groups
+from adarl.driver import RolloutPhase, RolloutPoolLike, RolloutStream, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
@@ -301,6 +303,176 @@ def simulated_comparison(
     )
 
 
+@dataclass
+class StepsOutcome:
+    """Consecutive steps of one sampler on one pool: their total time, phase by phase."""
+
+    total_s: float
+    rollouts: int
+    mixed_groups: int
+    utilisation: float  # busy slot-seconds / (slots × total time)
+    phases: list[RolloutPhase] = field(default_factory=list)
+    most_open: int = 1  # steps open at once, at most
+
+    def per_step_s(self, steps: int) -> float:
+        return self.total_s / steps
+
+
+@dataclass
+class OverlapComparison:
+    """Streaming and uniform (same rollouts), one step at a time (ahead 0) and with the next 1
+    or 2 steps open while a step samples."""
+
+    outcomes: dict[tuple[str, int], StepsOutcome]  # (sampler, steps open ahead) -> outcome
+    steps: int
+    prompts: int
+    uniform_n: int
+    overshoot: float
+    depths: tuple[int, ...]
+
+    def per_step(self, name: str, ahead: int) -> float:
+        return self.outcomes[(name, ahead)].per_step_s(self.steps)
+
+
+def run_steps(
+    config: AllocatorConfig,
+    batches: Sequence[Sequence[TaskExample]],
+    *,
+    world: FakeWorld,
+    latency: LatencyModel,
+    seed: int,
+    overlapped: bool,
+    ahead: int = 1,
+) -> StepsOutcome:
+    """`batches` as consecutive steps through one `RolloutStream` on one simulated pool, the
+    driver's cross-step schedule with learners that take no time (`Driver.step_opener` at k =
+    1): while step t is waited for, step t+1 is open (`overlapped`); otherwise each step opens
+    when the one before finished (`collect_groups`, step after step)."""
+    pool = SimulatedRolloutPool(
+        engine=world.engine, latency=latency, is_correct=world.is_correct, seed=seed
+    )
+    allocator = BudgetAllocator(
+        **{**allocator_kwargs(config), "max_open_steps": ahead + 1 if overlapped else 1}
+    )
+    opened: set[int] = set()
+    phases: list[RolloutPhase] = []
+    most_open = 1
+    with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=2) as rewards:
+        stream = RolloutStream(
+            allocator=allocator,
+            rollout=pool,
+            rewards=rewards,
+            prompts=NoPrompts(),
+            codec=world.codec,
+            clock=pool.now,
+        )
+
+        def opener(step: int):
+            def open_next():
+                coming = max(opened) + 1
+                if not overlapped or coming > step + ahead or coming >= len(batches):
+                    return None
+                nonlocal most_open
+                opened.add(coming)
+                most_open = max(most_open, len(stream.open_steps()) + 1)
+                return coming, batches[coming]
+
+            return open_next
+
+        for step, batch in enumerate(batches):
+            if step not in opened:
+                opened.add(step)
+                stream.open_step(step, batch)
+            phases.append(stream.run_until_complete(step, opener(step)))
+    total = pool.now()
+    busy = pool.busy_slot_s()
+    return StepsOutcome(
+        total_s=total,
+        rollouts=sum(p.rollouts for p in phases),
+        mixed_groups=sum(is_mixed(g) for p in phases for g in p.result.groups),
+        utilisation=busy / (latency.engines * latency.slots * total) if total else 0.0,
+        phases=phases,
+        most_open=most_open,
+    )
+
+
+def overlap_comparison(
+    *,
+    prompts: int,
+    steps: int,
+    seed: int,
+    latency: LatencyModel,
+    overshoot: float,
+    depths: Sequence[int] = (1, 2),
+) -> OverlapComparison:
+    """Streaming Seq-Balance and uniform at about its rollouts, `steps` consecutive steps of
+    `prompts` fresh prompts, one step at a time and with `depths` later steps open while a step
+    samples (the driver at k = depth with learners that take no time)."""
+    world = fake_world(prompts * steps, seed)
+    batches = [world.examples[i * prompts : (i + 1) * prompts] for i in range(steps)]
+    outcomes: dict[tuple[str, int], StepsOutcome] = {}
+
+    def run(name: str, config: AllocatorConfig) -> None:
+        for ahead in (0, *depths):
+            outcomes[(name, ahead)] = run_steps(
+                config,
+                batches,
+                world=world,
+                latency=latency,
+                seed=seed,
+                overlapped=ahead > 0,
+                ahead=max(ahead, 1),
+            )
+
+    configs = sampler_configs(prompts=prompts, uniform_n=4, overshoot=overshoot)
+    run("streaming", configs["streaming"])
+    uniform_n = max(1, round(outcomes[("streaming", 0)].rollouts / (prompts * steps)))
+    configs = sampler_configs(prompts=prompts, uniform_n=uniform_n, overshoot=overshoot)
+    run("uniform_same_rollouts", configs["uniform_same_rollouts"])
+    return OverlapComparison(outcomes, steps, prompts, uniform_n, overshoot, tuple(depths))
+
+
+def overlap_table(run: OverlapComparison) -> str:
+    rows = [
+        "| sampler | steps open while one samples | rollout wall s / step | × uniform one at a "
+        "time | engine utilisation | rollouts / step | mixed kept groups / step |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    uniform_sync = run.per_step("uniform_same_rollouts", 0)
+    labels = {
+        "streaming": f"Seq-Balance(2, 2), streaming, ε = {run.overshoot:g}",
+        "uniform_same_rollouts": f"uniform n = {run.uniform_n}",
+    }
+    for name, label in labels.items():
+        for ahead in (0, *run.depths):
+            o = run.outcomes[(name, ahead)]
+            open_label = {0: "none (one step at a time)", 1: "t+1"}.get(ahead, f"t+1..t+{ahead}")
+            rows.append(
+                f"| {label} | {open_label} | {o.per_step_s(run.steps):.2f} | "
+                f"{o.per_step_s(run.steps) / uniform_sync:.2f} | {o.utilisation:.2f} | "
+                f"{o.rollouts / run.steps:.0f} | {o.mixed_groups / run.steps:.1f} |"
+            )
+    return "\n".join(rows)
+
+
+def overlap_reading(run: OverlapComparison) -> str:
+    uniform_sync = run.per_step("uniform_same_rollouts", 0)
+    parts = []
+    for ahead in run.depths:
+        stream_x = run.per_step("streaming", ahead)
+        verdict = "met" if stream_x / uniform_sync <= 1.3 else "missed"
+        parts.append(
+            f"with {ahead} later step{'s' if ahead > 1 else ''} open, streaming's rollout phase "
+            f"takes **{stream_x / uniform_sync:.2f}×** uniform's one-step-at-a-time time (target "
+            f"≤ 1.3×: {verdict}) and {stream_x / run.per_step('uniform_same_rollouts', ahead):.2f}"
+            f"× uniform's own cross-step time"
+        )
+    alone = run.per_step("streaming", 0) / uniform_sync
+    return (
+        f"One step at a time streaming takes {alone:.2f}× uniform's time; " + "; ".join(parts) + "."
+    )
+
+
 def real_comparisons(
     *, prompts: int, steps: int, seed: int, engine: str, overshoots: Sequence[float]
 ) -> list[tuple[float, Comparison]]:
@@ -520,6 +692,7 @@ def docs_section(
     *,
     command: str,
     latency: LatencyModel,
+    overlap: OverlapComparison | None = None,
 ) -> str:
     vs_uniform, vs_rounds = main_run.ratios()
     worst = max((drawn / expected for _, _, drawn, expected, _, _ in per_bin(main_run)), default=0)
@@ -543,6 +716,23 @@ training step runs):
 
 Responses here are 1-8 tokens, so waits are short and per-call overhead dominates; the simulated
 front above is the claim for long reasoning responses on GPUs.
+"""
+    overlap_block = ""
+    if overlap is not None:
+        overlap_block = f"""
+**Across step boundaries** (`rollout.cross_step_allocation`; issue 20). The same samplers
+over {overlap.steps} consecutive steps of {overlap.prompts} fresh prompts on one simulated pool,
+through the driver's `RolloutStream` and an allocator holding several open steps
+(`adarl.bench.sampler.run_steps`): one step at a time, or with the next 1 or 2 steps open while
+a step samples (the driver's schedule at k = 1, 2 with learners that take no time). Time per step
+is the whole run's time over its steps, filling and draining included; uniform draws n =
+{overlap.uniform_n}, about streaming's rollouts.
+
+{overlap_table(overlap)}
+
+{overlap_reading(overlap)} Overlap does not change what a step draws when the sampler reads no
+history (uniform, or Seq-Balance without history: identical groups, tested); with history a
+step opened early reads the records of the steps finished before it opened.
 """
     steps = len(main_run.outcomes["streaming"])
     prompts = main_run.outcomes["uniform_n4"][0].groups
@@ -595,7 +785,7 @@ latency-bound):
 {sweep_table(sweep)}
 
 {"Targets missed: " + "; ".join(misses) + "." if misses else "Every row meets both targets."}
-{real_block}"""
+{overlap_block}{real_block}"""
 
 
 def write_docs_section(path: Path, section: str) -> None:
@@ -649,6 +839,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--real-prompts", type=int, default=64, help="prompts per real step")
     parser.add_argument("--real-steps", type=int, default=2, help="real steps per sampler")
     parser.add_argument(
+        "--overlap-steps",
+        type=int,
+        default=12,
+        help="consecutive steps of the cross-step comparison (0 to skip)",
+    )
+    parser.add_argument(
         "--write-docs", type=Path, default=None, help="replace the Sampler section of this file"
     )
     args = parser.parse_args(argv)
@@ -680,6 +876,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if sweep:
         print(sweep_table(sweep))
+    overlap = None
+    if args.overlap_steps:
+        overlap = overlap_comparison(
+            prompts=args.prompts,
+            steps=args.overlap_steps,
+            seed=args.seed,
+            latency=LatencyModel(engines=args.engines, slots=args.slots),
+            overshoot=args.overshoot,
+        )
+        print(overlap_table(overlap))
+        print(overlap_reading(overlap))
     real_front: list[tuple[float, Comparison]] = []
     if args.real_engine != "none":
         real_front = real_comparisons(
@@ -697,6 +904,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             + " ".join(f"{e:g}" for e in args.front)
             + " --sweep-engines "
             + " ".join(str(e) for e in args.sweep_engines)
+            + f" --overlap-steps {args.overlap_steps}"
         )
         if args.real_engine != "none":
             command += (
@@ -712,6 +920,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 real_front,
                 command=command,
                 latency=LatencyModel(engines=args.engines, slots=args.slots),
+                overlap=overlap,
             ),
         )
         print(f"wrote the Sampler section of {args.write_docs}")

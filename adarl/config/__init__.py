@@ -146,6 +146,45 @@ def check_worked_responses(config: AdarlConfig) -> None:
                 )
 
 
+def check_cross_step_allocation(config: AdarlConfig) -> None:
+    """Overlapping steps (`rollout.cross_step_allocation`) run a fresh copy of the sampler per
+    open step and route each wave to its step; what keeps state across steps, or asks the driver
+    for something mid-step, cannot take part."""
+    alloc = config.allocator
+    refusals = []
+    if config.rollout.max_off_policy_steps < 1:
+        refusals.append(
+            "rollout.max_off_policy_steps=0 trains every step on samples of its own weights, so "
+            "no step can sample before the one before it trained; set it to 1 or more"
+        )
+    if alloc.sampler not in ("seq_balance", "seq_pos", "uniform"):
+        refusals.append(
+            f"allocator.sampler={alloc.sampler!r} keeps state across steps; use seq_balance, "
+            "seq_pos or uniform"
+        )
+    if alloc.sampler == "uniform" and alloc.rollouts_per_step is not None:
+        refusals.append(
+            f"allocator.rollouts_per_step={alloc.rollouts_per_step} refills a uniform step with "
+            "prompts mid-step; set it to null"
+        )
+    if alloc.curation.skip != "none":
+        refusals.append(
+            f"allocator.curation.skip={alloc.curation.skip!r} adapts across steps; set none"
+        )
+    if config.hints.schedule != "off":
+        refusals.append("hints keep one step's collapses and budget; set hints=off")
+    if config.dro.filter.enabled or config.dro.reward == "r3":
+        refusals.append(
+            "DRO rescores or filters a finished step as a whole; turn dro.reward and dro.filter off"
+        )
+    if refusals:
+        raise ValueError(
+            "rollout.cross_step_allocation=true: "
+            + "; ".join(refusals)
+            + " (or rollout.cross_step_allocation=false)"
+        )
+
+
 def validate_combinations(config: AdarlConfig) -> None:
     alloc = config.allocator
     lag = config.rollout.max_off_policy_steps
@@ -158,6 +197,8 @@ def validate_combinations(config: AdarlConfig) -> None:
             "learner.loss.ratio_reference=learner learner.loss.tis_cap=2 (decoupled PPO), or "
             "rollout.max_off_policy_steps=0"
         )
+    if config.rollout.cross_step_allocation:
+        check_cross_step_allocation(config)
     if config.hints.write_ahead and lag:
         raise ValueError(
             f"hints.write_ahead=true with rollout.max_off_policy_steps={lag}: the next steps are "

@@ -303,6 +303,10 @@ class LearnerGroup:
         self._pending = PendingTrainStep(batch=batch, counts=counts, futures=futures, start=start)
         return self._pending
 
+    def train_step_done(self, pending: PendingTrainStep) -> bool:
+        """Whether every rank has finished the step `start_train_step` sent (no waiting)."""
+        return all(future.done() for future in pending.futures)
+
     def finish_train_step(self, pending: PendingTrainStep) -> TrainStepResult:
         """Wait for the step `start_train_step` sent, then count and report it."""
         if pending is not self._pending:

@@ -226,6 +226,10 @@ class SimulatedRolloutPool:
     def now(self) -> float:
         return self._sim.now_s
 
+    def busy_slot_s(self) -> float:
+        """Slot-seconds the engines have spent decoding so far (∫ running sequences dt)."""
+        return self._sim.busy_slot_s()
+
     def submit(self, requests: Sequence[GenerationRequest]) -> None:
         # Follow-ups of a result reach the engines after scoring and the allocator's reply.
         at_s = self._sim.now_s + (self.latency.result_latency_s if self._after_result else 0.0)
@@ -284,5 +288,7 @@ class SimulatedRolloutPool:
             "sampling/engine_samples": float(self._samples - self._window_samples),
         }
         self._window_start_s, self._window_busy, self._window_samples = now, busy, self._samples
-        self._after_result = False  # a new window (rollout phase) starts with fresh requests
+        # A new window (rollout phase) starts with fresh requests, unless another step's
+        # requests are still in flight (overlapping steps): then submissions still answer results.
+        self._after_result = self._sim.busy()
         return metrics

@@ -120,8 +120,26 @@ def test_three_steps_on_ray_with_vllm_and_deepspeed(
     assert (tmp_path / "checkpoints" / "step_000003" / "manifest.json").is_file()
 
 
-def _session_steps(run_dir: Path, cache: str, total_steps: int, *extra: str) -> list[dict]:
-    """Run in-process (no Ray) and record each step's data order and allocator decisions."""
+class _DrawRecorder:
+    """The driver's prompt source, recording each batch it hands out (prompt ids, in order)."""
+
+    def __init__(self, source, draws: list[list[str]]) -> None:
+        self.source, self.draws = source, draws
+
+    def next_batch(self, num_examples: int):
+        batch = self.source.next_batch(num_examples)
+        self.draws.append([e.prompt_id for e in batch])
+        return batch
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)
+
+
+def _session_steps(
+    run_dir: Path, cache: str, total_steps: int, *extra: str, draws: list | None = None
+) -> list[dict]:
+    """Run in-process (no Ray) and record each step's data order and allocator decisions (and
+    every batch the driver draws, into `draws`, when given)."""
     from adarl.session import TrainingSession
 
     overrides = [
@@ -168,6 +186,8 @@ def _session_steps(run_dir: Path, cache: str, total_steps: int, *extra: str) -> 
         )
 
     with TrainingSession(config, run_dir=run_dir, on_step_end=record) as session:
+        if draws is not None:
+            session.driver.prompts = _DrawRecorder(session.driver.prompts, draws)
         before = session.learners.get_weights()
         session.train()
         after = session.learners.get_weights()
@@ -224,6 +244,40 @@ def test_sampling_ahead_lags_one_version_and_resumes_exactly(
     rows = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "a" / "metrics.jsonl")}
     assert rows[2]["sampling/dropped_stale_groups"] == 0  # lag 1 ≤ k: nothing dropped
     assert "timing/rollout_ahead_s" in rows[1] and "timing/rollout_ahead_s" not in rows[2]
+
+
+CROSS_STEP = (*SAMPLE_AHEAD, "rollout.cross_step_allocation=true")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cross_step_allocation_streams_the_steps_and_resumes_with_every_prompt_once(
+    tmp_path: Path, model_cache: str
+) -> None:
+    """k = 1 with the steps' phases streamed into each other: step t+1 opens while step t samples
+    and keeps sampling while t trains, nothing opens past the checkpoint at step 2, and every step
+    trains on prompts of the batch the synchronous loop draws for it: none repeated or skipped,
+    uninterrupted or across a resume. (Which samples land before or after a weight push depends
+    on timing, so pools are not compared.)"""
+    sync_draws: list[list[str]] = []
+    draws: list[list[str]] = []
+    resumed_draws: list[list[str]] = []
+    _session_steps(tmp_path / "s", model_cache, 4, draws=sync_draws)
+    uninterrupted = _session_steps(tmp_path / "a", model_cache, 4, *CROSS_STEP, draws=draws)
+    first_half = _session_steps(tmp_path / "b", model_cache, 2, *CROSS_STEP, draws=resumed_draws)
+    resumed = _session_steps(tmp_path / "b", model_cache, 4, *CROSS_STEP, draws=resumed_draws)
+
+    assert draws == sync_draws and resumed_draws == sync_draws  # the same batches, each once
+    for run in (uninterrupted, first_half + resumed):
+        assert [s["step"] for s in run] == [1, 2, 3, 4]
+        for s in run:
+            assert set(s["prompts"]) <= set(sync_draws[s["step"] - 1]) and s["prompts"]
+            assert s["staleness"] <= 1
+    rows = {row["step"]: row for row in read_metrics_jsonl(tmp_path / "a" / "metrics.jsonl")}
+    # Step 2 opened while step 1 sampled; at the checkpoint (2) and the end (4) nothing is open.
+    assert [rows[s]["sampling/steps_sampled_ahead"] for s in (1, 2, 3, 4)] == [1, 0, 1, 0]
+    assert rows[2]["sampling/dropped_stale_groups"] == 0
+    assert "timing/rollout_ahead_s" in rows[1]
 
 
 WRITE_AHEAD = ("hints=sage", "hints.max_extra_rollouts_fraction=0.25", "hints.write_ahead=true")

@@ -196,6 +196,9 @@ class LedgerSampler:
 
     name: str
     _ledger: StepLedger
+    # True when `start_step` resets every field: a fresh copy can run a step beside another
+    # (the allocator's overlapping steps, `max_open_steps` > 1) and nothing is lost between them.
+    steps_independent: bool = False
 
     def needs_prompts(self) -> int:
         return 0

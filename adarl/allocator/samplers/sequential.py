@@ -57,6 +57,8 @@ class SequentialSampler(LedgerSampler):
     one `StoppingRule` serves both; `name` says which was configured.
     """
 
+    steps_independent = True  # start_step resets the ledger, the rounds and the step's priors
+
     def __init__(
         self,
         *,

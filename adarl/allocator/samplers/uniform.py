@@ -55,6 +55,12 @@ class UniformSampler(LedgerSampler):
             budget_cap=self.max_samples_per_step, positive_threshold=positive_threshold
         )
 
+    @property
+    def steps_independent(self) -> bool:  # type: ignore[override]
+        """start_step resets the ledger and the source flag; refills (a rollout budget) would
+        ask the driver for prompts in a step it is not waiting for."""
+        return self.rollouts_per_step is None
+
     def start_step(
         self,
         step: int,

@@ -40,6 +40,8 @@ READ_ELSEWHERE: dict[str, str] = {
     "allocator.prompts_per_step": "the driver's batch size (session.py builds the Driver)",
     "rollout.max_off_policy_steps": "the driver's sampling-ahead depth (session.py builds the "
     "Driver)",
+    "rollout.cross_step_allocation": "the driver's stream of overlapping steps and the "
+    "allocator's max_open_steps (session.py builds both)",
     "model.cache_dir": "where built-ins are cached: resolve_model_config passes it on",
     "logger.library_logs": "where the actors' library output goes: the session points "
     "adarl.cluster.spawn_actor at <run dir>/logs before any actor starts (session.py)",

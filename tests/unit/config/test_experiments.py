@@ -112,6 +112,19 @@ def test_unknown_key_fails_at_composition() -> None:
             ],
             "set hints.write_ahead=false",
         ),
+        # Overlapping steps: only with a lag, and only what keeps nothing across steps.
+        (["rollout.cross_step_allocation=true"], "max_off_policy_steps=0 trains every step"),
+        (
+            [
+                "rollout.cross_step_allocation=true",
+                "rollout.max_off_policy_steps=1",
+                "learner.loss.ratio_reference=learner",
+                "learner.loss.tis_cap=2",
+                "hints=sage",
+                "dro.filter.enabled=true",
+            ],
+            r"set hints=off.*turn dro.reward and dro.filter off",
+        ),
     ],
 )
 def test_invalid_combination_names_key_and_fix(overrides: list[str], message: str) -> None:
