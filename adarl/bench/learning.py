@@ -112,6 +112,26 @@ ARMS: tuple[Arm, ...] = (
         )
         for lag in (1, 2)
     ),
+    # The same with the steps' phases streamed into each other (cross-step allocation): step
+    # t+1 samples while step t's tail does and while t trains, not only after t's phase ends.
+    *(
+        Arm(
+            f"{label}_k{lag}x",
+            experiment,
+            (
+                *overrides,
+                f"rollout.max_off_policy_steps={lag}",
+                "rollout.cross_step_allocation=true",
+                "learner.loss.ratio_reference=learner",
+                "learner.loss.tis_cap=2",
+            ),
+        )
+        for label, experiment, overrides in (
+            ("ada_seq_balance", "ada_seq_balance", ()),
+            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+        )
+        for lag in (1, 2)
+    ),
 )
 
 

@@ -43,18 +43,24 @@ DOCS_PATH = Path("docs") / "benchmarks.md"
 DATA_PATH = Path("docs") / "data" / "async.json"
 FIGURE_PATH = Path("docs") / "figures" / "async.png"
 METHODS = ("ada_seq_balance", "grpo_n4")
-LAGS = (0, 1, 2)
+# (k, cross-step allocation): synchronous, each step's phase sampled ahead whole, and the
+# phases streamed into each other (`rollout.cross_step_allocation`).
+VARIANTS = ((0, False), (1, False), (2, False), (1, True), (2, True))
 
 
-def arm_label(method: str, lag: int) -> str:
-    return method if lag == 0 else f"{method}_k{lag}"
+def arm_label(method: str, lag: int, cross: bool = False) -> str:
+    return method if lag == 0 else f"{method}_k{lag}{'x' if cross else ''}"
+
+
+def variant_label(lag: int, cross: bool) -> str:
+    return f"{lag}, cross-step" if cross else str(lag)
 
 
 def setting(*, seeds: int, max_rollouts: int, eval_every_rollouts: int) -> Setting:
     return replace(
         REDUCED,
         name="async",
-        arms=tuple(arm_label(method, lag) for method in METHODS for lag in LAGS),
+        arms=tuple(arm_label(method, *variant) for method in METHODS for variant in VARIANTS),
         seeds=seeds,
         max_rollouts=max_rollouts,
         eval_every_rollouts=eval_every_rollouts,
@@ -65,7 +71,9 @@ def setting(*, seeds: int, max_rollouts: int, eval_every_rollouts: int) -> Setti
         why=(
             "The embedded default (Seq-Balance) and GRPO n = 4, each synchronous (k = 0) and "
             "sampling 1 or 2 steps ahead while the learners train (k = 1, 2: the ratio taken "
-            "against the learner's policy, each token re-weighted by min(π/μ, 2)). Every arm "
+            "against the learner's policy, each token re-weighted by min(π/μ, 2)), each step's "
+            "phase sampled whole or, cross-step, the phases streamed into each other (step t+1 "
+            "opens while step t samples and keeps sampling while t trains). Every arm "
             "runs the same rollout budget from the same base model, one run at a time, with its "
             "experiment's own learning-rate warm-up (20 steps for both): a method is compared "
             "with itself at equal steps, so the schedule favours no arm."
@@ -101,8 +109,8 @@ def tables(records: Sequence[RunRecord]) -> str:
     ]
     for method in METHODS:
         sync = {r.seed: throughput(r) for r in by_arm.get(arm_label(method, 0), [])}
-        for lag in LAGS:
-            runs = by_arm.get(arm_label(method, lag), [])
+        for lag, cross in VARIANTS:
+            runs = by_arm.get(arm_label(method, lag, cross), [])
             if not runs:
                 continue
             rates = [throughput(r) for r in runs]
@@ -117,7 +125,8 @@ def tables(records: Sequence[RunRecord]) -> str:
                 if r.seed in sync
             ]
             lines.append(
-                f"| {method} | {lag} | {_pm([t['steps_per_s'] for t in rates])} | "
+                f"| {method} | {variant_label(lag, cross)} | "
+                f"{_pm([t['steps_per_s'] for t in rates])} | "
                 f"{_pm(step_ratio)} | {_pm([t['rollouts_per_s'] for t in rates], 0)} | "
                 f"{_pm(rollout_ratio)} | "
                 f"{_pm([t['hidden_learner_share'] for t in rates], 0, 100, '%')} | "
@@ -137,11 +146,11 @@ def plot(records: Sequence[RunRecord], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     labels, means, spreads = [], [], []
     for method in METHODS:
-        for lag in LAGS:
-            runs = by_arm.get(arm_label(method, lag), [])
+        for lag, cross in VARIANTS:
+            runs = by_arm.get(arm_label(method, lag, cross), [])
             if runs:
                 mean, spread = mean_and_spread(throughput(r)["steps_per_s"] for r in runs)
-                labels.append(f"{method}\nk={lag}")
+                labels.append(f"{method}\nk={lag}{'x' if cross else ''}")
                 means.append(mean)
                 spreads.append(spread)
     left.bar(range(len(labels)), means, yerr=spreads, color="tab:blue", alpha=0.8)
@@ -149,14 +158,16 @@ def plot(records: Sequence[RunRecord], path: Path) -> None:
     left.set_ylabel("training steps per second")
     left.set_title("throughput (mean ± spread over seeds)")
     for method, style in zip(METHODS, ("-", "--"), strict=True):
-        for lag, colour in zip(LAGS, ("black", "tab:orange", "tab:green"), strict=True):
-            runs = by_arm.get(arm_label(method, lag), [])
+        colours = ("black", "tab:orange", "tab:green", "tab:red", "tab:purple")
+        for (lag, cross), colour in zip(VARIANTS, colours, strict=True):
+            runs = by_arm.get(arm_label(method, lag, cross), [])
             if not runs:
                 continue
             band = seed_band(
                 [([e.rollouts for e in r.evals], [e.accuracy for e in r.evals]) for r in runs], 50
             )
-            right.plot(band.grid, band.mean, style, color=colour, label=f"{method} k={lag}")
+            label = f"{method} k={variant_label(lag, cross)}"
+            right.plot(band.grid, band.mean, style, color=colour, label=label)
             right.fill_between(
                 band.grid, band.mean - band.spread, band.mean + band.spread, color=colour, alpha=0.1
             )
