@@ -467,7 +467,7 @@ class RolloutStream:
         while self.pending:
             for result in self.rollout.drain_completed():
                 self.pending.pop(result.request_id)
-                dropped += sum(1 for _ in result.completions)
+                dropped += len(result.completions)
         self.allocator.discard_open_steps()
         self.tallies.clear()
         self.finished.clear()
