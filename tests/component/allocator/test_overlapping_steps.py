@@ -150,3 +150,42 @@ def test_the_allocator_refuses_what_cannot_overlap(config: AllocatorConfig, mess
             hints=hints,
             max_open_steps=2,
         )
+
+
+def test_discarding_the_open_steps_waits_for_their_requests_and_closes_them() -> None:
+    """At a run's end on its rollout budget (`Driver.end_stream`): the steps still sampling are
+    drained and dropped, counted, and the allocator can be checkpointed again."""
+    from adarl.bench.bandit import NoPrompts
+    from adarl.driver import RolloutStream
+    from adarl.reward.exact import ExactMatchVerifier
+    from adarl.reward.pool import RewardPool
+    from adarl.rollout.simulated import SimulatedRolloutPool
+
+    config = sampler_configs(prompts=PROMPTS, uniform_n=8, overshoot=0.03)["streaming"]
+    world = fake_world(PROMPTS * 3, seed=5)
+    batches = [world.examples[i * PROMPTS : (i + 1) * PROMPTS] for i in range(3)]
+    pool = SimulatedRolloutPool(
+        engine=world.engine, latency=LATENCY, is_correct=world.is_correct, seed=5
+    )
+    allocator = _allocator(config, max_open_steps=2)
+    with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=1) as rewards:
+        stream = RolloutStream(
+            allocator=allocator,
+            rollout=pool,
+            rewards=rewards,
+            prompts=NoPrompts(),
+            codec=world.codec,
+            clock=pool.now,
+        )
+        stream.open_step(0, batches[0])
+        stream.open_step(1, batches[1])
+        stream.run_until_complete(0)
+        stream.open_step(2, batches[2])
+        in_flight = sum(request.num_samples for request, _ in stream.pending.values())
+        assert stream.open_steps() == [1, 2] and in_flight > 0  # both still sampling
+        sampled = stream.sampling()
+        dropped = stream.discard_open()
+    assert dropped == sampled + in_flight
+    assert not stream.pending and stream.open_steps() == [] and allocator.open_steps() == []
+    assert not pool._sim.busy()
+    allocator.state_dict()  # nothing open: checkpointable again
