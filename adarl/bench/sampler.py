@@ -11,8 +11,10 @@ real `BudgetAllocator`, samplers, group builder and `RewardPool`:
 
 Reported: rollout-phase wall time against the reference rounds and against uniform sampling of
 about as many rollouts; samples drawn per prompt by pass-rate bin against the one-at-a-time rule's
-exact E[T'] (`adarl.algo.gate.terminal_counts`); samples drawn but not trained (discarded); and the
-Pareto front of `sequential.max_overshoot_fraction`: samples drawn against wall time.
+exact E[T'] (`adarl.algo.gate.terminal_counts`); samples drawn but not trained (discarded); the
+Pareto front of `sequential.max_overshoot_fraction`: samples drawn against wall time; and, across
+step boundaries (`rollout.cross_step_allocation`), consecutive steps through the driver's
+`RolloutStream` one at a time against the next 1 or 2 steps open while a step samples.
 """
 
 from __future__ import annotations
