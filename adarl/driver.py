@@ -425,8 +425,9 @@ class RolloutStream:
         return sorted(self.tallies)
 
     def sampling(self) -> int:
-        """Rollouts of the open steps so far (not yet in a finished phase)."""
-        return sum(t.rollouts for t in self.tallies.values())
+        """Rollouts of the steps opened and not yet taken: open ones so far, and finished."""
+        open_so_far = sum(t.rollouts for t in self.tallies.values())
+        return open_so_far + sum(p.rollouts for p in self.finished.values())
 
     def open_step(self, step: int, examples: Sequence[TaskExample]) -> None:
         """Start `step`'s phase: the allocator's first draws of its prompts go to the engines."""
@@ -463,7 +464,7 @@ class RolloutStream:
     def discard_open(self) -> int:
         """Wait for every request in flight, then close the open steps without groups (the
         run ends before they train): returns the rollouts dropped."""
-        dropped = self.sampling() + sum(p.rollouts for p in self.finished.values())
+        dropped = self.sampling()
         while self.pending:
             for result in self.rollout.drain_completed():
                 self.pending.pop(result.request_id)
@@ -863,11 +864,7 @@ class Driver:
             coming = max([step, *stream.open_steps(), *stream.finished]) + 1
             if coming > last:
                 return None
-            sampled = (
-                self.rollouts_generated
-                + stream.sampling()
-                + sum(p.rollouts for p in stream.finished.values())
-            )
+            sampled = self.rollouts_generated + stream.sampling()
             if self.max_rollouts is not None and sampled >= self.max_rollouts:
                 return None
             return coming, self.prompts.next_batch(self.prompts_per_step)
