@@ -34,8 +34,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
-
 from adarl.allocator.allocator import BudgetAllocator, StepResult, StreamUpdate
 from adarl.allocator.pool_reward import PoolReward
 from adarl.hints.types import Hint, HintRequest
@@ -47,7 +45,6 @@ from adarl.types import (
     Group,
     PromptRequest,
     Rollout,
-    SamplingParams,
     ScoredRollout,
     StatisticsReply,
     StatisticsRequest,
@@ -142,155 +139,6 @@ class StageTimer:
         out = {f"timing/{name}_s": seconds for name, seconds in self.step_seconds.items()}
         self.step_seconds = defaultdict(float)
         return out
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    accuracy: float  # mean reward over samples at the eval temperature
-    greedy_accuracy: float | None
-    num_prompts: int
-    samples_per_prompt: int
-    completions: list[dict[str, Any]]
-    accuracy_by_difficulty: dict[str, float] = field(default_factory=dict)
-    cost_metrics: dict[str, float] = field(default_factory=dict)  # eval/reward_*, timing/eval_*
-
-    def metrics(self) -> dict[str, float]:
-        out = {"eval/accuracy": self.accuracy, "eval/num_prompts": float(self.num_prompts)}
-        if self.greedy_accuracy is not None:
-            out["eval/greedy_accuracy"] = self.greedy_accuracy
-        for level, accuracy in self.accuracy_by_difficulty.items():
-            out[f"eval/accuracy_by_difficulty/{level}"] = accuracy
-        return {**out, **self.cost_metrics}
-
-
-def difficulty_label(difficulty: float | None) -> str:
-    """A difficulty as a metric-name suffix: "2" for 2.0, "0.5" for 0.5, "none" if unset."""
-    if difficulty is None:
-        return "none"
-    return f"{difficulty:g}"
-
-
-def eval_reward_metrics(pool_metrics: Mapping[str, float]) -> dict[str, float]:
-    """The reward pool's counters over an evaluation, renamed so they never mix with training:
-    `sampling/reward_X` -> `eval/reward_X`, `timing/reward_X` -> `timing/eval_reward_X`."""
-    out = {}
-    for name, value in pool_metrics.items():
-        group, _, rest = name.partition("/")
-        out[f"eval/{rest}" if group == "sampling" else f"timing/eval_{rest}"] = value
-    return out
-
-
-@dataclass
-class Evaluator:
-    """Held-out accuracy with no hint: mean over samples at temperature T, plus greedy.
-
-    Its prompts never carry a hint (`PromptRequest.hint` is None): evaluation measures the
-    deployment condition, hint level 0.
-    """
-
-    examples: Sequence[TaskExample]
-    codec: PromptCodec
-    samples_per_prompt: int
-    temperature: float
-    max_new_tokens: int
-    greedy: bool
-    completions_to_log: int
-    seed: int
-
-    def evaluate(
-        self, rollout: RolloutPoolLike, rewards: RewardPoolLike, *, step: int
-    ) -> EvalResult:
-        if not self.examples:
-            raise ValueError(
-                "Evaluator has no held-out examples; set task.test_path or task.test_fraction"
-            )
-        rewards.metrics()  # opens the reward pool's window: the counters below are eval only
-        sampled = self._accuracy(
-            rollout,
-            rewards,
-            step=step,
-            num_samples=self.samples_per_prompt,
-            sampling=SamplingParams(
-                temperature=self.temperature, max_new_tokens=self.max_new_tokens
-            ),
-            tag="sample",
-        )
-        greedy = (
-            self._accuracy(
-                rollout,
-                rewards,
-                step=step,
-                num_samples=1,
-                sampling=SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens),
-                tag="greedy",
-            )
-            if self.greedy
-            else None
-        )
-        scores, scored = sampled
-        by_level: dict[str, list[float]] = defaultdict(list)
-        for example, score in zip(self.examples, scores, strict=True):
-            by_level[difficulty_label(example.difficulty)].append(score)
-        return EvalResult(
-            accuracy=float(np.mean(scores)),
-            greedy_accuracy=(float(np.mean(greedy[0])) if greedy else None),
-            num_prompts=len(self.examples),
-            samples_per_prompt=self.samples_per_prompt,
-            completions=[
-                {
-                    "step": step,
-                    "prompt": ex.prompt,
-                    "answer": ex.answer,
-                    "completion": s.rollout.completion.text,
-                    "reward": s.reward,
-                }
-                for ex, s in scored[: self.completions_to_log]
-            ],
-            accuracy_by_difficulty={
-                level: float(np.mean(values)) for level, values in sorted(by_level.items())
-            },
-            cost_metrics=eval_reward_metrics(rewards.metrics()),
-        )
-
-    def _accuracy(
-        self,
-        rollout: RolloutPoolLike,
-        rewards: RewardPoolLike,
-        *,
-        step: int,
-        num_samples: int,
-        sampling: SamplingParams,
-        tag: str,
-    ) -> tuple[list[float], list[tuple[TaskExample, ScoredRollout]]]:
-        requests = [
-            PromptRequest(
-                request_id=f"eval-{tag}-{step}-{index}",
-                example=example,
-                num_samples=num_samples,
-                step=step,
-                seed=self.seed + 1_000_003 * index,  # the same eval draws at every step
-            )
-            for index, example in enumerate(self.examples)
-        ]
-        sent = [self.codec.generation_request(r, sampling=sampling) for r in requests]
-        results = rollout.generate(sent)
-        rollouts = [
-            PromptCodec.rollouts(request, generation, result)
-            for request, generation, result in zip(requests, sent, results, strict=True)
-        ]
-        scored_all = rewards.score(
-            [r for per_prompt in rollouts for r in per_prompt],
-            [request.example for request, rs in zip(requests, rollouts, strict=True) for _ in rs],
-        )
-        per_prompt: list[float] = []
-        shown: list[tuple[TaskExample, ScoredRollout]] = []
-        offset = 0
-        for request, prompt_rollouts in zip(requests, rollouts, strict=True):
-            scored = scored_all[offset : offset + len(prompt_rollouts)]
-            offset += len(prompt_rollouts)
-            per_prompt.append(float(np.mean([s.reward for s in scored])))
-            shown.extend((request.example, s) for s in scored[:1])
-        return per_prompt, shown
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
             f"  held-out accuracy (greedy):   {pct(summary.base_greedy_accuracy)} -> "
             f"{pct(summary.final_greedy_accuracy)}\n"
         )
+    accuracy += _format_pass_at_k(summary)
     return (
         f"\nadarl run '{summary.name}' finished: {summary.steps} steps in "
         f"{summary.wall_time_s:.0f}s ({stages})\n"
@@ -64,6 +65,28 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
         f"{summary.tokens_generated}\n"
         f"  run directory: {run_dir}"
     )
+
+
+def _format_pass_at_k(summary: RunSummary) -> str:
+    """pass@k base -> final at k = 1, 8 and the largest, each beside the guesser's (answers
+    drawn from the training answers of the prompt's level): what the run gained in accuracy and
+    what it kept of the coverage the base model had."""
+    base, final = summary.base_evaluation, summary.final_evaluation
+    if not base or not final or base["samples_per_prompt"] != final["samples_per_prompt"]:
+        return ""
+    largest = max(int(k) for k in final["pass_at_k"])
+    shown = [k for k in (1, 8, largest) if str(k) in final["pass_at_k"]]
+    lines = [
+        f"  held-out pass@k (T=1, {final['samples_per_prompt']} samples/prompt, base -> final):"
+    ]
+    for k in dict.fromkeys(shown):
+        guess = final["guess_pass_at_k"].get(str(k))
+        guessed = "" if guess is None else f"   (guesser {100 * guess:.1f}%)"
+        lines.append(
+            f"    pass@{k:<3} {100 * base['pass_at_k'][str(k)]:5.1f}% -> "
+            f"{100 * final['pass_at_k'][str(k)]:5.1f}%{guessed}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def elapsed_since(start: float) -> float:

@@ -27,6 +27,10 @@ class RunSummary:
     resumed_from_step: int | None
     # What the run optimises (adarl.allocator.objective.ObjectiveDeclaration.to_json())
     objective: dict[str, Any] = field(default_factory=dict)
+    # The base and final evaluations' pass@k tables (adarl.evaluation.EvalResult.table()): pass@k,
+    # the guesser's pass@k and coverage, overall and by level, from the same seeded draws.
+    base_evaluation: dict[str, Any] | None = None
+    final_evaluation: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

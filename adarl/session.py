@@ -38,7 +38,8 @@ from adarl.cluster import (
 )
 from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
-from adarl.driver import Driver, EvalResult, Evaluator, StepOutcome, merge_metrics
+from adarl.driver import Driver, StepOutcome, merge_metrics
+from adarl.evaluation import EvalResult, Evaluator
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
@@ -187,6 +188,7 @@ class TrainingSession:
                 greedy=config.eval.greedy,
                 completions_to_log=config.eval.completions_to_log,
                 seed=seed_or_default(config.eval.seed),
+                train_examples=self.prompts.examples,  # the guesser draws their answers
             )
         else:
             log.warning(
@@ -313,7 +315,7 @@ class TrainingSession:
         total = config.trainer.total_steps
         budget = config.trainer.max_rollouts
         if self.base_eval is None and self.start_step == 0:
-            self.base_eval = self.evaluate(step=0)
+            self.base_eval = self.evaluate(step=0, final=True)
             base_metrics = self.base_eval.metrics() if self.base_eval is not None else {}
             self.logger.log(0, {**base_metrics, "timing/build_s": self.build_s})
         last_eval = self.base_eval
@@ -330,7 +332,7 @@ class TrainingSession:
                 metrics.update(self.driver.end_stream())
             metrics["perf/wall_s"] = self.wall_s()
             if self._eval_due(step, rollouts_before, rollouts, final=final):
-                evaluated = self.evaluate(step=step)
+                evaluated = self.evaluate(step=step, final=final)
                 if evaluated is not None:
                     last_eval = evaluated
                     metrics = merge_metrics({"step": metrics, "evaluation": evaluated.metrics()})
@@ -373,6 +375,8 @@ class TrainingSession:
             },
             resumed_from_step=self.start_step if self.resume_path is not None else None,
             objective=self.objective.to_json(),
+            base_evaluation=None if self.base_eval is None else self.base_eval.table(),
+            final_evaluation=None if last_eval is None else last_eval.table(),
         )
 
     def wall_s(self) -> float:
@@ -397,13 +401,17 @@ class TrainingSession:
             bool(every_rollouts) and rollouts // every_rollouts > rollouts_before // every_rollouts
         )
 
-    def evaluate(self, *, step: int) -> EvalResult | None:
-        """Held-out accuracy now; None when the task has no held-out set."""
+    def evaluate(self, *, step: int, final: bool = False) -> EvalResult | None:
+        """Held-out pass@k now; None when the task has no held-out set. The base (step 0) and the
+        final evaluation (`final`) draw `eval.final_samples_per_prompt` samples per prompt."""
         if self.evaluator is None:
             return None
+        samples = self.config.eval.final_samples_per_prompt if final else None
         start = time.perf_counter()
         with self.driver.timer.stage("eval", per_step=False):
-            result = self.evaluator.evaluate(self.rollout, self.rewards, step=step)
+            result = self.evaluator.evaluate(
+                self.rollout, self.rewards, step=step, samples_per_prompt=samples
+            )
         result.cost_metrics["timing/eval_s"] = time.perf_counter() - start
         if result.completions:
             self.logger.log_completions(step, result.completions)

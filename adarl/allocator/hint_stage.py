@@ -16,7 +16,7 @@ One prompt, one step:
 
 The group keeps x's prompt id, its rollouts carry the hint level, and its correction uses the
 hinted pool's pass rate. Per-prompt statistics (the EMA pass rate) record only unhinted pools:
-they estimate the deployment condition. Evaluation never sees a hint (adarl.driver.Evaluator).
+they estimate the deployment condition. Evaluation never sees a hint (adarl.evaluation.Evaluator).
 A plain object of the `BudgetAllocator`; its state is part of the allocator's.
 """
 

@@ -36,13 +36,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
-from adarl.bench.learning_report import (
-    GRPO_EXPERIMENT,
-    ReportData,
-    headline_table,
-    load_run,
-    write_report,
-)
+from adarl.bench.learning_records import GRPO_EXPERIMENT, ReportData, load_run
+from adarl.bench.learning_report import headline_table, write_report
 
 # Paths relative to the checkout the command runs from (the outputs are committed there).
 DOCS_PATH = Path("docs") / "benchmarks.md"

@@ -28,15 +28,14 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from adarl.bench.learning import REDUCED, Setting, load_run, run_comparison
-from adarl.bench.learning_report import (
+from adarl.bench.learning_records import (
     ReportData,
     RunRecord,
     mean_and_spread,
-    paragraph,
     runs_by_arm,
     seed_band,
-    write_docs_section,
 )
+from adarl.bench.learning_report import paragraph, write_docs_section
 
 SECTION_TITLE = "## Async"
 DOCS_PATH = Path("docs") / "benchmarks.md"

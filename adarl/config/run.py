@@ -14,7 +14,12 @@
     every_rollouts: also evaluate each time the cumulative training rollouts cross a multiple of
         this (evaluation at equal compute across methods); None = off.
     num_prompts: held-out prompts per evaluation (the first N of the fixed test split; 0 = all).
-    samples_per_prompt: samples per prompt at `temperature`; accuracy is their mean.
+    samples_per_prompt: samples per prompt at `temperature` in the evaluations during training;
+        accuracy (pass@1) is their mean, and pass@k is reported for k = 2, 4, … up to it
+        (adarl/evaluation).
+    final_samples_per_prompt: samples per prompt of the base (step 0) and the final evaluation,
+        drawn with the same seeds so that base → final pass@k is paired (64: pass@64, the
+        coverage the base model starts with); None = samples_per_prompt.
     temperature: sampling temperature of the sampled evaluation (1.0 = the policy itself).
     greedy: also report greedy (temperature 0) accuracy.
     max_new_tokens: response length limit during evaluation.
@@ -62,6 +67,7 @@ class EvalConfig:
     every_rollouts: int | None = None
     num_prompts: int = 256
     samples_per_prompt: int = 8
+    final_samples_per_prompt: int | None = 64
     temperature: float = 1.0
     greedy: bool = True
     max_new_tokens: int = 8
@@ -79,6 +85,11 @@ class EvalConfig:
             raise ValueError(f"eval.num_prompts={self.num_prompts} must be >= 0 (0 = all)")
         if self.samples_per_prompt < 1:
             raise ValueError(f"eval.samples_per_prompt={self.samples_per_prompt} must be >= 1")
+        if self.final_samples_per_prompt is not None and self.final_samples_per_prompt < 1:
+            raise ValueError(
+                f"eval.final_samples_per_prompt={self.final_samples_per_prompt} must be >= 1, or "
+                "null (= eval.samples_per_prompt)"
+            )
         if self.temperature <= 0:
             raise ValueError(
                 f"eval.temperature={self.temperature} must be > 0; greedy accuracy is reported "

@@ -19,7 +19,8 @@ from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import is_mixed
 from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
-from adarl.driver import Evaluator, collect_groups
+from adarl.driver import collect_groups
+from adarl.evaluation import Evaluator
 from adarl.hints import CollapseRule, HintGenerator, HintRequest, SageSchedule
 from adarl.hints.schedule import SageLightSchedule
 from adarl.models.tokenizer import build_char_tokenizer

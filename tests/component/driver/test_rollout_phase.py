@@ -8,7 +8,8 @@ import pytest
 
 from adarl.allocator import build_allocator
 from adarl.config.allocator import AllocatorConfig, GroupConfig
-from adarl.driver import Evaluator, collect_groups, eval_reward_metrics, merge_metrics
+from adarl.driver import collect_groups, merge_metrics
+from adarl.evaluation import Evaluator, eval_reward_metrics
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool

@@ -11,25 +11,27 @@ import numpy as np
 import pytest
 
 from adarl.bench import learning
-from adarl.bench.learning_report import (
+from adarl.bench.learning_records import (
     PASS_RATE_BINS,
     EvalPoint,
     Reach,
     ReportData,
     RunRecord,
-    diagnose,
     first_reach,
     grpo_best,
-    headline_table,
     interpolate,
     is_tie,
     load_run,
-    losses_explained,
     mean_and_spread,
-    overhead_share,
     reach_to_reference,
     seed_band,
     verdict,
+)
+from adarl.bench.learning_report import (
+    diagnose,
+    headline_table,
+    losses_explained,
+    overhead_share,
     write_docs_section,
 )
 

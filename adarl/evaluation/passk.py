@@ -1,0 +1,100 @@
+"""pass@k, coverage and the guesser's pass@k: the pure arithmetic of held-out evaluation.
+
+Unbiased pass@k from n ≥ k samples with c correct (Chen et al. 2021, arXiv 2107.03374, eq. 1):
+
+    pass@k = 1 − C(n − c, k) / C(n, k)
+
+in its numerically stable product form (openai/human-eval `evaluation.py`): 1 if n − c < k, else
+1 − Π_{i = n−c+1..n} (1 − k/i). Averaged over prompts it estimates E_x[1 − (1 − p(x))^k] without
+bias. Coverage is the share of prompts with at least one correct sample, i.e. pass@n.
+
+The guesser (`guess_hit_rates`): a policy that answers a prompt by drawing, with replacement, one
+of the training split's reference answers of the prompt's difficulty level. Its hit probability on
+a held-out prompt is the share of those answers equal to the prompt's own, g; its pass@k is exactly
+1 − (1 − g)^k. On short answers (a digit, a small integer) many samples hit by chance, so a
+diffuse policy can look like one that covers: held-out coverage counts only above the guesser's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def pass_at_k(
+    num_samples: int | np.ndarray,  # [P] or scalar n: samples drawn per prompt
+    num_correct: int | np.ndarray,  # [P] or scalar c: correct samples per prompt, 0 ≤ c ≤ n
+    k: int,
+) -> np.ndarray:  # [P] float64 (0-d for scalars): the unbiased pass@k per prompt
+    """1 − C(n − c, k)/C(n, k) per prompt, stable form (module docstring). Needs 1 ≤ k ≤ n."""
+    n = np.asarray(num_samples, dtype=np.int64)
+    c = np.asarray(num_correct, dtype=np.int64)
+    n, c = np.broadcast_arrays(n, c)
+    if k < 1:
+        raise ValueError(f"pass@k needs k >= 1 (got k={k})")
+    if np.any(c < 0) or np.any(c > n):
+        raise ValueError("pass@k needs 0 <= num_correct <= num_samples for every prompt")
+    if np.any(n < k):
+        raise ValueError(
+            f"pass@{k} needs at least {k} samples per prompt (got {int(n.min())}): raise the "
+            "evaluation's samples per prompt or ask for a smaller k"
+        )
+    out = np.ones(n.shape, dtype=np.float64)
+    for index in np.ndindex(n.shape):
+        total, correct = int(n[index]), int(c[index])
+        if total - correct >= k:
+            i = np.arange(total - correct + 1, total + 1, dtype=np.float64)
+            out[index] = 1.0 - float(np.prod(1.0 - k / i))
+    return out
+
+
+def pass_at_k_ks(num_samples: int) -> tuple[int, ...]:
+    """The k reported for n samples per prompt: 1, 2, 4, … up to n, and n itself."""
+    if num_samples < 1:
+        raise ValueError(f"an evaluation draws at least one sample per prompt (got {num_samples})")
+    ks = [1]
+    while ks[-1] * 2 <= num_samples:
+        ks.append(ks[-1] * 2)
+    if ks[-1] != num_samples:
+        ks.append(num_samples)
+    return tuple(ks)
+
+
+def guess_pass_at_k(
+    hit_rates: Sequence[float] | np.ndarray,  # [P] the guesser's hit probability g per prompt
+    k: int,
+) -> np.ndarray:  # [P] float64: 1 − (1 − g)^k, exact (draws with replacement are i.i.d.)
+    g = np.asarray(hit_rates, dtype=np.float64)
+    if k < 1:
+        raise ValueError(f"pass@k needs k >= 1 (got k={k})")
+    return 1.0 - (1.0 - g) ** k
+
+
+def guess_hit_rates(
+    test_answers: Sequence[str],  # [P] held-out reference answers
+    test_levels: Sequence[str],  # [P] their difficulty labels
+    train_answers: Sequence[str],  # [T] training reference answers
+    train_levels: Sequence[str],  # [T] their difficulty labels
+) -> np.ndarray:  # [P] float64: the share of the level's training answers equal to each answer
+    """The guesser's hit probability per held-out prompt (module docstring).
+
+    Answers are compared as stripped strings: exact for exact-match verifiers, a lower bound for
+    verifiers that also accept other spellings. A level with no training answer (a held-out level
+    the training split lacks) falls back to the whole training split's answers.
+    """
+    if len(test_answers) != len(test_levels) or len(train_answers) != len(train_levels):
+        raise ValueError("answers and levels must have the same length")
+    if not train_answers:
+        raise ValueError("the guesser needs training answers: the training split is empty")
+    by_level: dict[str, Counter[str]] = defaultdict(Counter)
+    overall: Counter[str] = Counter()
+    for answer, level in zip(train_answers, train_levels, strict=True):
+        by_level[level][answer.strip()] += 1
+        overall[answer.strip()] += 1
+    rates = np.empty(len(test_answers), dtype=np.float64)
+    for index, (answer, level) in enumerate(zip(test_answers, test_levels, strict=True)):
+        pool = by_level.get(level) or overall
+        rates[index] = pool[answer.strip()] / sum(pool.values())
+    return rates
