@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 GRPO_EXPERIMENT = "grpo"  # arms of this experiment compete for GRPO-best
+CURATED_ARM = "ada_curated"  # adarl's history-aware arm (issue 19)
+CURATION_ANCHORS = ("greso", "knapsack_grpo")  # the published curation arms (issue 19)
 # p̃ bins in the order the allocator logs them (adarl/allocator/metrics.py PASS_RATE_BINS).
 PASS_RATE_BINS: tuple[str, ...] = ("0", "0-0.25", "0.25-0.5", "0.5-0.75", "0.75-1", "1")
 AXES: tuple[str, ...] = ("step", "rollouts", "tokens", "wall_s")

@@ -27,9 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from adarl.bench.coverage_report import coverage_section, has_pass_at_k, plot_coverage
 from adarl.bench.learning_records import (
     AXES,
     AXIS_LABELS,
+    CURATED_ARM,
+    CURATION_ANCHORS,
     GRID_POINTS,
     PASS_RATE_BINS,
     ReportData,
@@ -44,8 +47,6 @@ from adarl.bench.learning_records import (
 )
 
 SECTION_TITLE = "## Learning"
-CURATED_ARM = "ada_curated"  # adarl's history-aware arm (issue 19)
-CURATION_ANCHORS = ("greso", "knapsack_grpo")  # the published curation arms it must match
 CURATION_RATIO = 0.5  # target: GRPO-best's final accuracy with at most this share of its x
 CURATION_NO_SIGNAL = 0.35  # target: at most this share of rollouts on p̃ ∈ {0, 1}
 
@@ -729,7 +730,7 @@ machine: read it as indicative.
 
 ### Headline
 
-{target_line}{headline}
+{target_line}{headline}{coverage_section(records, figures, docs_path)}
 ### Curves
 
 ![accuracy against steps, rollouts, tokens and wall time]({link("curves")})
@@ -770,6 +771,8 @@ def write_report(
     if save:
         data.save(data_path)
     figures = plot_figures(data.runs, figures_dir)
+    if has_pass_at_k(data.runs):
+        figures = {**figures, **plot_coverage(data.runs, figures_dir)}
     docs_path.parent.mkdir(parents=True, exist_ok=True)
     section = docs_section(data, figures, docs_path, data_path=data_path)
     write_docs_section(docs_path, SECTION_TITLE, section)
