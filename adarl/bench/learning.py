@@ -84,6 +84,20 @@ ARMS: tuple[Arm, ...] = (
     # SAGE with its hints written ahead of need, while the step before trains (issue 20).
     Arm("sage_ahead", "sage", ("hints.write_ahead=true",)),
     Arm("sage_l3_ahead", "sage", ("hints.first_level=3", "hints.write_ahead=true")),
+    # Candidates for a default that keeps coverage (issue 30): Seq-Balance's sampler with other
+    # declared objectives, pass-rate estimates and exit rules.
+    Arm("sb_arcsin", "ada_seq_balance", ("allocator.group.objective=arcsin",)),
+    # The released code's A = r - p̃ on balanced groups: ½·logit(p) - p (MATH.md §Selection).
+    Arm(
+        "sb_reference_advantage",
+        "ada_seq_balance",
+        ("allocator.group.correction=none", "allocator.group.pass_rate_estimate=pool"),
+    ),
+    Arm(
+        "sb_1_1",
+        "ada_seq_balance",
+        ("allocator.sequential.k_pos=1", "allocator.sequential.k_neg=1"),
+    ),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
@@ -153,6 +167,9 @@ class Setting:
     eval_samples_per_prompt: int
     checkpoint_every_steps: int
     why: str
+    # Samples per held-out prompt of the base (step 0) and the final evaluation, drawn with the
+    # same seeds: the pass@k curve at the end (k = 1 ... this) against the base model's.
+    final_eval_samples_per_prompt: int = 64
     # Hydra overrides appended to every arm's command, e.g. another task mix (`--override`).
     overrides: tuple[str, ...] = ()
     # Every arm's learning-rate warm-up in optimizer steps. 0 where arms take different numbers
@@ -171,8 +188,15 @@ class Setting:
         for key in ("seeds", "max_rollouts", "eval_every_rollouts", "eval_num_prompts"):
             if getattr(self, key) < 1:
                 raise ValueError(f"--{key.replace('_', '-')}={getattr(self, key)} must be >= 1")
-        if self.eval_samples_per_prompt < 1 or self.checkpoint_every_steps < 1:
-            raise ValueError("--eval-samples-per-prompt and --checkpoint-every-steps must be >= 1")
+        if (
+            self.eval_samples_per_prompt < 1
+            or self.checkpoint_every_steps < 1
+            or self.final_eval_samples_per_prompt < 1
+        ):
+            raise ValueError(
+                "--eval-samples-per-prompt, --final-eval-samples-per-prompt and "
+                "--checkpoint-every-steps must be >= 1"
+            )
 
 
 REDUCED = Setting(
@@ -249,6 +273,7 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
         f"eval.every_rollouts={setting.eval_every_rollouts}",
         f"eval.num_prompts={setting.eval_num_prompts}",
         f"eval.samples_per_prompt={setting.eval_samples_per_prompt}",
+        f"eval.final_samples_per_prompt={setting.final_eval_samples_per_prompt}",
         "checkpoint.resume=auto",
         f"checkpoint.every_steps={setting.checkpoint_every_steps}",
         "checkpoint.keep_last=1",
