@@ -96,7 +96,11 @@ ARMS: tuple[Arm, ...] = (
     Arm(
         "sb_1_1",
         "ada_seq_balance",
-        ("allocator.sequential.k_pos=1", "allocator.sequential.k_neg=1"),
+        (
+            "allocator.sequential.k_pos=1",
+            "allocator.sequential.k_neg=1",
+            "allocator.group.group_size=2",
+        ),
     ),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
