@@ -139,15 +139,18 @@ def variance_optimal_allocation(
     min_samples: int | np.ndarray,
     max_samples: int | np.ndarray,
     alpha: float = 0.5,
+    objective_k: int = 8,
     clip_delta: float = 1e-3,
 ) -> np.ndarray:  # [B] int64
     """n_i ∝ w(p_i)·√(p_i(1-p_i)) (seed 001: Lagrange solution of min Σ w(p_i)²p_i(1-p_i)/n_i
     s.t. Σ n_i = N). p is clipped to [δ, 1-δ] first, so no prompt is excluded.
 
-    arcsin → uniform; log → √((1-p)/p); linear → √(p(1-p)).
+    arcsin → uniform; log → √((1-p)/p); linear → √(p(1-p)); pass@k (`objective_k` = k) →
+    k(1-p)^(k-1)·√(p(1-p)), which falls to ~0 for easy prompts (their share of ∇pass@k vanishes).
     """
     pc = clip_pass_rate(p, delta=clip_delta)
-    weight = np.asarray(get_objective(objective, alpha=alpha).w(pc)) * np.sqrt(pc * (1.0 - pc))
+    objective_fn = get_objective(objective, alpha=alpha, objective_k=objective_k)
+    weight = np.asarray(objective_fn.w(pc)) * np.sqrt(pc * (1.0 - pc))
     return round_to_budget(weight, budget=budget, min_samples=min_samples, max_samples=max_samples)
 
 

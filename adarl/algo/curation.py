@@ -20,7 +20,18 @@ gradient mass n samples capture (`declared_value`) is therefore
 
     V(n) = E[h(p)·u_n(p)],   u_n(p) = 1 - p^n - (1-p)^n  (the gate, seed 000 §4.1)
 
-with h = c·p^x(1-p)^y: linear (1, 1, 1), log (0, 1, 1), arcsin (½, ½, 1), power α (α, 1, α).
+with h = c·p^x(1-p)^y: linear (1, 1, 1), log (0, 1, 1), arcsin (½, ½, 1), power α (α, 1, α),
+pass@k (1, k, k).
+
+Hit utility (HORA, Wang et al. 2026, arXiv 2605.07114). The posterior probability that at least
+one of n more rollouts is correct (`hit_utility`) and what its m-th sample adds
+(`hit_utility_increment`):
+
+    H(n) = 1 - E[(1-p)^n] = 1 - B(a, b + n)/B(a, b),
+    H(m) - H(m-1) = E[p(1-p)^(m-1)] = B(a + 1, b + m - 1)/B(a, b)
+
+— positive and decreasing in m (concave), so a split maximising Σ_i H_i(n_i) under a budget is
+found exactly by the dynamic programme below (or greedily, increment by increment).
 
 Knapsack-RL (Li et al. 2025, arXiv 2509.25849) values n samples at a point estimate p̂ as the
 probability of a non-zero gradient times an information gain p(1-p)² (`knapsack_rl_value`).
@@ -41,7 +52,10 @@ import math
 
 import numpy as np
 
-# h(p) = c·p^x·(1-p)^y for each objective: (x, y, c) (alpha enters power's x and c).
+from adarl.algo.objectives import check_objective_k
+
+# h(p) = c·p^x·(1-p)^y for each objective: (x, y) (alpha enters power's x and c, k pass@k's y and
+# c).
 _SELECTION_EXPONENTS = {"linear": (1.0, 1.0), "log": (0.0, 1.0), "arcsin": (0.5, 0.5)}
 GRESO_MIN_ROLLOUT_PROBABILITY = 0.01  # GRESO: a prompt is never skipped with probability > 0.99
 
@@ -91,20 +105,27 @@ def declared_value(
     max_samples: int,
     objective: str,
     alpha: float = 0.5,
+    objective_k: int = 8,
 ) -> np.ndarray:  # [C, max_samples + 1] V_i(n) for n = 0..max_samples
     """V(n) = E[h(p)·(1 - p^n - (1-p)^n)], h = w·p(1-p) for the declared objective (module
     docstring): the expected gradient mass of the objective a group of n captures. V(0) = V(1) = 0;
-    V rises with n to E[h(p)], the prompt's whole share, with diminishing increments."""
+    V rises with n to E[h(p)], the prompt's whole share, with diminishing increments. `alpha` is
+    the exponent of "power", `objective_k` the k of "pass_at_k" (h = k·p·(1-p)^k)."""
     if max_samples < 1:
         raise ValueError(f"max_samples must be >= 1 (got {max_samples})")
     if objective == "power":
         if not alpha > 0:
             raise ValueError(f"power objective needs alpha > 0 (got {alpha})")
         x, y, scale = alpha, 1.0, alpha
+    elif objective == "pass_at_k":
+        k = check_objective_k(objective_k)
+        x, y, scale = 1.0, float(k), float(k)
     elif objective in _SELECTION_EXPONENTS:
         (x, y), scale = _SELECTION_EXPONENTS[objective], 1.0
     else:
-        raise ValueError(f"unknown objective {objective!r}; use linear, log, arcsin or power")
+        raise ValueError(
+            f"unknown objective {objective!r}; use linear, log, arcsin, power or pass_at_k"
+        )
     a = np.asarray(a, np.float64)[:, None]
     b = np.asarray(b, np.float64)[:, None]
     n = np.arange(max_samples + 1, dtype=np.float64)[None, :]
@@ -113,6 +134,38 @@ def declared_value(
     value = scale * np.maximum(whole - collapsed, 0.0)
     value[:, :2] = 0.0  # n = 0 draws nothing; one sample never mixes (the formula agrees)
     return value
+
+
+def hit_utility_increment(
+    a: np.ndarray | float,  # [...] Beta parameters, > 0
+    b: np.ndarray | float,  # [...]
+    *,
+    sample: np.ndarray | int,  # [...] m >= 1: which additional sample
+) -> np.ndarray:  # [...] float64
+    """What the m-th additional sample adds to the hit utility (HORA, arXiv 2605.07114):
+    Pr[the first m - 1 miss and the m-th hits] = E[p(1-p)^(m-1)] = B(a + 1, b + m - 1)/B(a, b)
+    for p ~ Beta(a, b). Decreasing in m; Beta(1, 1) gives 1/(m(m + 1))."""
+    m = np.asarray(sample, np.float64)
+    if np.any(m < 1) or np.any(m != np.round(m)):
+        raise ValueError("sample must be an integer >= 1 (the first additional sample is 1)")
+    return beta_moment(a, b, x=1.0, y=m - 1.0)
+
+
+def hit_utility(
+    a: np.ndarray,  # [C] Beta parameters of C prompts' pass rates
+    b: np.ndarray,  # [C]
+    *,
+    max_samples: int,
+) -> np.ndarray:  # [C, max_samples + 1] H_i(n) for n = 0..max_samples
+    """HORA's hit utility of n more rollouts (arXiv 2605.07114): the posterior probability that at
+    least one is correct, H(n) = 1 - E[(1-p)^n] = 1 - B(a, b + n)/B(a, b) = Σ_{m ≤ n} the
+    increments of `hit_utility_increment`. H(0) = 0; concave in n; Beta(1, 1) gives n/(n + 1)."""
+    if max_samples < 1:
+        raise ValueError(f"max_samples must be >= 1 (got {max_samples})")
+    a = np.asarray(a, np.float64)[:, None]
+    b = np.asarray(b, np.float64)[:, None]
+    n = np.arange(max_samples + 1, dtype=np.float64)[None, :]
+    return np.clip(1.0 - beta_moment(a, b, x=0.0, y=n), 0.0, 1.0)
 
 
 def knapsack_rl_value(

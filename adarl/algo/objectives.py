@@ -4,16 +4,20 @@ Every estimator in adarl estimates, per prompt, w(p)·∇p for some weight w; th
 optimises is then f = ∫ w. Table (seed 000 "f-objectives", seed 001 §"Which nonlinear
 objective", `shared/MATH.md` §Objectives):
 
-    name     f(p)            w(p) = f'(p)
-    linear   p               1
-    log      log p           1/p                 (RAFT's implicit objective)
-    arcsin   2·arcsin √p     1/√(p(1-p))         (GRPO's implicit objective, n → ∞)
-    power α  p^α             α·p^(α-1)
+    name       f(p)            w(p) = f'(p)
+    linear     p               1
+    log        log p           1/p                 (RAFT's implicit objective)
+    arcsin     2·arcsin √p     1/√(p(1-p))         (GRPO's implicit objective, n → ∞)
+    power α    p^α             α·p^(α-1)
+    pass_at_k  1 - (1-p)^k     k·(1-p)^(k-1)       (pass@k of k samples; `shared/MATH.md`
+                                                    §Coverage, arXiv 2511.16231)
 
 `Objective.f` and `Objective.w` accept numpy arrays *or* torch tensors (so tests can
 differentiate J_f through a softmax policy with autograd); numpy inputs come back as float64.
-Weights of log/arcsin/power diverge at p ∈ {0, 1}: finite-sample estimates p̂ must be clipped
-(`clip_pass_rate`) or Beta-smoothed (`beta_smoothed_pass_rate`) before calling `w`.
+`power` takes its exponent α (`alpha`), `pass_at_k` its integer k ≥ 1 (`objective_k`, in samples:
+the attempts pass@k counts). Weights of log/arcsin/power diverge at p ∈ {0, 1}: finite-sample
+estimates p̂ must be clipped (`clip_pass_rate`) or Beta-smoothed (`beta_smoothed_pass_rate`)
+before calling `w`.
 """
 
 from __future__ import annotations
@@ -91,9 +95,10 @@ OBJECTIVES: dict[str, Objective] = {
     "log": Objective("log", _log_f, _log_w),
     "arcsin": Objective("arcsin", _arcsin_f, _arcsin_w),
 }
-"""The parameter-free objectives by name; `power` is built by `power_objective(alpha)`."""
+"""The parameter-free objectives by name; `power` is built by `power_objective(alpha)`,
+`pass_at_k` by `pass_at_k_objective(k)`."""
 
-OBJECTIVE_NAMES: tuple[str, ...] = (*OBJECTIVES, "power")
+OBJECTIVE_NAMES: tuple[str, ...] = (*OBJECTIVES, "power", "pass_at_k")
 
 
 def power_objective(alpha: float) -> Objective:
@@ -110,10 +115,35 @@ def power_objective(alpha: float) -> Objective:
     return Objective(f"power({alpha:g})", f, w)
 
 
-def get_objective(name: str, *, alpha: float = 0.5) -> Objective:
-    """The objective called `name` (one of `OBJECTIVE_NAMES`); `alpha` is used only by "power"."""
+def check_objective_k(k: int) -> int:
+    """k of pass@k as an int ≥ 1 (a bool or a non-integral number is refused)."""
+    if isinstance(k, bool) or not float(k).is_integer() or int(k) < 1:
+        raise ValueError(f"pass@k needs an integer k >= 1 (got k={k!r}); e.g. objective_k=8")
+    return int(k)
+
+
+def pass_at_k_objective(k: int) -> Objective:
+    """f(p) = 1 - (1-p)^k, the probability that one of k samples is correct; w(p) = k·(1-p)^(k-1)
+    (`shared/MATH.md` §Coverage; ∇pass@k = k(1-p)^(k-1)·∇p, arXiv 2511.16231). k = 1 is linear.
+    Finite on [0, 1]: w(0) = k, w(1) = 0 (1 for k = 1)."""
+    k = check_objective_k(k)
+
+    def f(p: ArrayLike) -> ArrayLike:
+        return 1.0 - (1.0 - _as_array(p)) ** k
+
+    def w(p: ArrayLike) -> ArrayLike:
+        return k * (1.0 - _as_array(p)) ** (k - 1)
+
+    return Objective(f"pass@{k}", f, w)
+
+
+def get_objective(name: str, *, alpha: float = 0.5, objective_k: int = 8) -> Objective:
+    """The objective called `name` (one of `OBJECTIVE_NAMES`); `alpha` is used only by "power",
+    `objective_k` only by "pass_at_k"."""
     if name == "power":
         return power_objective(alpha)
+    if name == "pass_at_k":
+        return pass_at_k_objective(objective_k)
     try:
         return OBJECTIVES[name]
     except KeyError:
@@ -122,22 +152,32 @@ def get_objective(name: str, *, alpha: float = 0.5) -> Objective:
         ) from None
 
 
-def objective_weight(p: ArrayLike, *, objective: str, alpha: float = 0.5) -> np.ndarray:
+def objective_weight(
+    p: ArrayLike, *, objective: str, alpha: float = 0.5, objective_k: int = 8
+) -> np.ndarray:
     """w(p) = f'(p) for the named objective, float64.  p: [...] pass rates in (0, 1)."""
-    return np.asarray(get_objective(objective, alpha=alpha).w(np.asarray(p, np.float64)))
+    chosen = get_objective(objective, alpha=alpha, objective_k=objective_k)
+    return np.asarray(chosen.w(np.asarray(p, np.float64)))
 
 
-def objective_value(p: ArrayLike, *, objective: str, alpha: float = 0.5) -> np.ndarray:
+def objective_value(
+    p: ArrayLike, *, objective: str, alpha: float = 0.5, objective_k: int = 8
+) -> np.ndarray:
     """f(p) for the named objective, float64.  p: [...] pass rates in (0, 1]."""
-    return np.asarray(get_objective(objective, alpha=alpha).f(np.asarray(p, np.float64)))
+    chosen = get_objective(objective, alpha=alpha, objective_k=objective_k)
+    return np.asarray(chosen.f(np.asarray(p, np.float64)))
 
 
-def selection_weight(p: ArrayLike, *, objective: str, alpha: float = 0.5) -> np.ndarray:
+def selection_weight(
+    p: ArrayLike, *, objective: str, alpha: float = 0.5, objective_k: int = 8
+) -> np.ndarray:
     """h(p) = w(p)·p·(1-p), the coefficient of the selection correction (MATH.md §Selection).
 
     Closed forms, finite on all of [0, 1] so no clipping is needed: linear p(1-p), log 1-p,
-    arcsin √(p(1-p)), power α·p^α·(1-p). For log, h is linear in p, so an unbiased p̂ gives an
-    unbiased h(p̂) (see `adarl.algo.gate.rao_blackwell_pass_rate`).  p: [...] -> [...] float64.
+    arcsin √(p(1-p)), power α·p^α·(1-p), pass_at_k k·p·(1-p)^k. For log, h is linear in p, so an
+    unbiased p̂ gives an unbiased h(p̂) (see `adarl.algo.gate.rao_blackwell_pass_rate`); pass@k's
+    h is a polynomial of degree k + 1, so an unbiased p̂ leaves a bias of order Var(p̂)·h''(p)
+    (reported exactly by `adarl.algo.implied.implied_weight`).  p: [...] -> [...] float64.
     """
     p = np.asarray(p, dtype=np.float64)
     if np.any(p < 0) or np.any(p > 1):
@@ -151,6 +191,9 @@ def selection_weight(p: ArrayLike, *, objective: str, alpha: float = 0.5) -> np.
     if objective == "power":
         power_objective(alpha)  # validates alpha
         return alpha * p**alpha * (1.0 - p)
+    if objective == "pass_at_k":
+        k = check_objective_k(objective_k)
+        return k * p * (1.0 - p) ** k
     get_objective(objective)  # raises the standard unknown-name error
     raise AssertionError("unreachable")
 

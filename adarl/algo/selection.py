@@ -129,6 +129,7 @@ def corrected_advantages(
     correction: Correction | str,
     objective: str = "log",
     alpha: float = 0.5,
+    objective_k: int = 8,
     pass_rate: float | None = None,
     positive_threshold: float = 0.5,
     clip_delta: float = 1e-3,
@@ -147,7 +148,8 @@ def corrected_advantages(
     pool positive fraction (or `pass_rate`), w = f' of `objective` and n = `group_size` (the
     target size that normalises ĝ; defaults to m, the kept size),
         A⁺ = w(p̃)·(1-p̃)·p̃·n/n⁺,   A⁻ = -w(p̃)·p̃·(1-p̃)·n/n⁻,
-    so by (★) E[ĝ] = w(p)·∇p exactly when p̃ = p, for any split with n⁺, n⁻ > 0. The product
+    so by (★) E[ĝ] = w(p)·∇p exactly when p̃ = p, for any split with n⁺, n⁻ > 0 (`alpha` is the
+    exponent of "power", `objective_k` the k of "pass_at_k"). The product
     w(p̃)p̃(1-p̃) is evaluated in closed form (`selection_weight`), finite on [0, 1], so it needs
     no clipping. A one-label group carries no contrast and gets all zeros (the gate).
     """
@@ -175,7 +177,9 @@ def corrected_advantages(
             p = float(positive_mask(pool, positive_threshold=positive_threshold).mean())
         else:
             p = pass_rate
-        h = float(selection_weight(p, objective=objective, alpha=alpha))  # w(p)·p(1-p)
+        h = float(  # w(p)·p(1-p)
+            selection_weight(p, objective=objective, alpha=alpha, objective_k=objective_k)
+        )
         n = kept.size if group_size is None else group_size
         a_pos = h * n / n_pos
         a_neg = -h * n / n_neg
@@ -202,6 +206,7 @@ def downsample_and_correct(
     correction: Correction | str,
     objective: str = "log",
     alpha: float = 0.5,
+    objective_k: int = 8,
     pass_rate: float | None = None,
     positive_threshold: float = 0.5,
     clip_delta: float = 1e-3,
@@ -229,6 +234,7 @@ def downsample_and_correct(
         correction=correction,
         objective=objective,
         alpha=alpha,
+        objective_k=objective_k,
         pass_rate=pass_rate,
         positive_threshold=positive_threshold,
         clip_delta=clip_delta,
