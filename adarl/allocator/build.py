@@ -18,17 +18,26 @@ from adarl.config.allocator import AllocatorConfig
 from adarl.config.seeds import seed_or_default
 
 # The objective a value rule serves, by advantage: what the estimator's weight tends to.
-_VALUE_OBJECTIVE = {"grpo": "arcsin", "rloo": "linear", "dr_grpo": "linear", "raft": "linear"}
+_VALUE_OBJECTIVE = {
+    "grpo": "arcsin",
+    "rloo": "linear",
+    "dr_grpo": "linear",
+    "raft": "linear",
+    "passk_training": "pass_at_k",
+    "pkpo": "pass_at_k",
+}
 
 
-def value_objective(config: AllocatorConfig) -> tuple[str, float]:
-    """The objective f (and its exponent) whose gradient the knapsack's declared value counts:
-    the declared f for pooled advantages, what a uniform-group estimator optimises otherwise
-    (GRPO: 2·arcsin √p as n grows; RLOO, Dr. GRPO, RAFT: p)."""
+def value_objective(config: AllocatorConfig) -> tuple[str, float, int]:
+    """The objective f (with power's exponent and pass@k's k) whose gradient the knapsack's
+    declared value counts: the declared f for pooled advantages, what a uniform-group estimator
+    optimises otherwise (GRPO: 2·arcsin √p as n grows, F-GRPO's factor left out; RLOO, Dr. GRPO,
+    RAFT: p; PKPO and Pass@k Training: pass@k)."""
     group = config.group
     if group.advantage == "pool":
-        return group.objective, group.objective_alpha
-    return _VALUE_OBJECTIVE.get(group.advantage, "log"), group.objective_alpha
+        return group.objective, group.objective_alpha, group.objective_k
+    objective = _VALUE_OBJECTIVE.get(group.advantage, "log")
+    return objective, group.objective_alpha, group.objective_k
 
 
 def build_sampler(config: AllocatorConfig) -> Sampler:
@@ -70,7 +79,7 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
         cur = config.curation
         budget = config.rollout_budget()
         assert budget is not None
-        objective, alpha = value_objective(config)
+        objective, alpha, objective_k = value_objective(config)
         return KnapsackSampler(
             value=cur.knapsack_value,
             rollouts_per_step=budget,
@@ -80,6 +89,7 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
             candidates_per_step=config.knapsack_candidates(),
             objective=objective,
             objective_alpha=alpha,
+            objective_k=objective_k,
             explore_fraction=cur.explore_fraction,
             max_skipped_visits=cur.max_skipped_visits,
             inverse_probability_weights=cur.inverse_probability_weights,
@@ -130,6 +140,7 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
             rule=est.ada_est_rule,
             objective=config.group.objective,
             objective_alpha=config.group.objective_alpha,
+            objective_k=config.group.objective_k,
             pilot_samples=est.pilot_samples,
             max_age_steps=est.max_age_steps,
             prior_alpha=est.prior_alpha,
@@ -159,6 +170,9 @@ def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
         correction=group.correction,
         objective=group.objective,
         alpha=group.objective_alpha,
+        objective_k=group.objective_k,
+        focal_gamma=group.focal_gamma,
+        pkpo_baseline=group.pkpo_baseline,
         unresolved_policy=group.unresolved_policy,
         downsample_order=group.downsample_order,
         raft_normalization=group.raft_normalization,

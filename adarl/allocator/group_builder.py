@@ -14,10 +14,13 @@ Two families of advantage, picked by `advantage`:
   a kept group of n would and the declared objective is unchanged (the selection correction is
   unbiased for any kept split).
 * a uniform-group estimator (`grpo`, `dr_grpo`, `rloo`, `raft`, `reinforce_baseline`, `ada_est`,
-  from `adarl.algo.advantages`) applied to the kept group. A pool larger than n is first cut to
-  n by the same balanced downsample, which changes what these estimators estimate: use them
-  with samplers whose pool is the group (uniform, dynamic filter). `reinforce_baseline` uses
-  the prompt's pass-rate estimate from earlier steps (independent of this group) as baseline.
+  `passk_training`, `pkpo`, from `adarl.algo.advantages`) applied to the kept group. A pool larger
+  than n is first cut to n by the same balanced downsample, which changes what these estimators
+  estimate: use them with samplers whose pool is the group (uniform, dynamic filter, knapsack).
+  `reinforce_baseline` uses the prompt's pass-rate estimate from earlier steps (independent of
+  this group) as baseline; `passk_training` and `pkpo` use k = `objective_k`; with
+  `focal_gamma` > 0 the group-relative ones (`grpo`, `dr_grpo`, `rloo`) are multiplied by F-GRPO's
+  (1 - p̂)^γ, p̂ the group's success rate (`adarl.algo.advantages.focal_scale`).
 
 The pool's pass rate p̃ in "pool" advantages is, by default (`pass_rate_estimate="unbiased"`), the
 estimate that is exactly unbiased under the sampler's real draws (`adarl.algo.drawing.
@@ -37,14 +40,19 @@ from enum import Enum
 import numpy as np
 
 from adarl.algo.advantages import (
+    PKPO_BASELINES,
     ada_est_advantages,
     dr_grpo_advantages,
+    focal_scale,
     grpo_advantages,
+    passk_training_advantages,
+    pkpo_advantages,
     raft_advantages,
     reinforce_baseline_advantages,
     rloo_advantages,
 )
 from adarl.algo.drawing import unbiased_pass_rate
+from adarl.algo.objectives import check_objective_k
 from adarl.algo.selection import (
     Correction,
     DownsampleOrder,
@@ -65,6 +73,11 @@ class AdvantageMode(str, Enum):
     RAFT = "raft"
     REINFORCE_BASELINE = "reinforce_baseline"
     ADA_EST = "ada_est"
+    PASSK_TRAINING = "passk_training"
+    PKPO = "pkpo"
+
+
+FOCAL_MODES = (AdvantageMode.GRPO, AdvantageMode.DR_GRPO, AdvantageMode.RLOO)
 
 
 class GroupBuilder:
@@ -78,6 +91,9 @@ class GroupBuilder:
         correction: Correction | str = Correction.NONE,
         objective: str = "log",
         alpha: float = 0.5,
+        objective_k: int = 8,
+        focal_gamma: float = 0.0,
+        pkpo_baseline: str = "loo_minus_one",
         unresolved_policy: UnresolvedPolicy | str = UnresolvedPolicy.KEEP_AVAILABLE,
         downsample_order: DownsampleOrder | str = DownsampleOrder.RANDOM,
         raft_normalization: str = "group",
@@ -97,6 +113,20 @@ class GroupBuilder:
         self.correction = Correction(correction)
         self.objective = objective
         self.alpha = alpha
+        self.objective_k = check_objective_k(objective_k)
+        if not (np.isfinite(focal_gamma) and focal_gamma >= 0):
+            raise ValueError(f"focal_gamma must be >= 0 (0 = off), got {focal_gamma}")
+        if focal_gamma > 0 and self.advantage not in FOCAL_MODES:
+            raise ValueError(
+                f"focal_gamma={focal_gamma} (F-GRPO) applies to the group-relative advantages "
+                f"{[m.value for m in FOCAL_MODES]}, not {self.advantage.value!r}"
+            )
+        self.focal_gamma = focal_gamma
+        if pkpo_baseline not in PKPO_BASELINES:
+            raise ValueError(
+                f"pkpo_baseline must be one of {PKPO_BASELINES}, got {pkpo_baseline!r}"
+            )
+        self.pkpo_baseline = pkpo_baseline
         self.unresolved_policy = UnresolvedPolicy(unresolved_policy)
         self.downsample_order = DownsampleOrder(downsample_order)
         if raft_normalization not in ("group", "positives", "estimate"):
@@ -152,6 +182,7 @@ class GroupBuilder:
                 correction=self.correction,
                 objective=self.objective,
                 alpha=self.alpha,
+                objective_k=self.objective_k,
                 pass_rate=pass_rate,
                 positive_threshold=self.positive_threshold,
                 clip_delta=self.clip_delta,
@@ -207,7 +238,28 @@ class GroupBuilder:
     def _uniform_advantages(
         self, rewards: np.ndarray, prior_pass_rate: float, estimate: float | None
     ) -> np.ndarray:
+        advantages = self._uniform_unscaled(rewards, prior_pass_rate, estimate)
+        if self.focal_gamma > 0:  # F-GRPO: validated to be a group-relative advantage
+            advantages = advantages * focal_scale(
+                rewards, gamma=self.focal_gamma, positive_threshold=self.positive_threshold
+            )
+        return advantages
+
+    def _uniform_unscaled(
+        self, rewards: np.ndarray, prior_pass_rate: float, estimate: float | None
+    ) -> np.ndarray:
         mode = self.advantage
+        if mode is AdvantageMode.PASSK_TRAINING:
+            return passk_training_advantages(
+                rewards, k=self.objective_k, positive_threshold=self.positive_threshold
+            )
+        if mode is AdvantageMode.PKPO:
+            return pkpo_advantages(
+                rewards,
+                k=self.objective_k,
+                baseline=self.pkpo_baseline,
+                positive_threshold=self.positive_threshold,
+            )
         if mode is AdvantageMode.RAFT and self.raft_normalization == "estimate":
             # GVM-RAFT: Σ_i (1/(n_i p_i)) Σ_accepted ∇log π, p_i the sampler's estimate; the
             # factor n̄ = pool_sequences keeps the scale of a group of n̄ (the loss averages

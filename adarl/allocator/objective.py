@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from adarl.algo.implied import implied_weight, log_gate
+from adarl.algo.implied import (
+    focal_grpo_weight,
+    implied_weight,
+    log_gate,
+    passk_training_weight,
+)
 from adarl.algo.objectives import get_objective
 from adarl.config.allocator import AllocatorConfig
 
@@ -62,6 +67,24 @@ class ObjectiveDeclaration:
         return f"this run optimises {self.statement}"
 
 
+def _objective_text(group: Any) -> str:
+    """The declared f of the selection correction, in words with its weight."""
+    if group.objective == "pass_at_k":
+        k = group.objective_k
+        return f"pass@{k}: 1 - (1 - p)^{k} (weight {k}(1 - p)^{k - 1})"
+    return _WEIGHT_TEXT.get(group.objective, f"p^{group.objective_alpha:g}")
+
+
+def _uniform_kwargs(group: Any) -> dict[str, Any]:
+    """The group options a uniform estimator's implied weight depends on."""
+    return {
+        "raft_normalization": group.raft_normalization,
+        "objective_k": group.objective_k,
+        "focal_gamma": group.focal_gamma,
+        "pkpo_baseline": group.pkpo_baseline,
+    }
+
+
 def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
     seq, group = config.sequential, config.group
     rounds = seq.mode == "rounds"
@@ -85,6 +108,7 @@ def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
         correction=group.correction,
         objective=group.objective,
         alpha=group.objective_alpha,
+        objective_k=group.objective_k,
         pass_rate_estimate=group.pass_rate_estimate,
         unresolved_policy=group.unresolved_policy,
         clip_delta=group.clip_delta,
@@ -133,9 +157,11 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
             else config.max_samples_per_prompt
         )
         if group.correction == "selection":
-            declared = get_objective(group.objective, alpha=group.objective_alpha)
+            declared = get_objective(
+                group.objective, alpha=group.objective_alpha, objective_k=group.objective_k
+            )
             gate = weights / np.asarray(declared.w(p))
-            name = _WEIGHT_TEXT.get(group.objective, f"p^{group.objective_alpha:g}")
+            name = _objective_text(group)
             closed = log_gate(p, max_samples=cap)
             exact = bool(
                 group.objective == "log"
@@ -150,6 +176,12 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
                     f"{name}, times a gate from the cap ({cap}) and the "
                     f"{group.pass_rate_estimate} pass-rate estimate (see the gate by p)"
                 )
+                if group.objective == "pass_at_k" and group.pass_rate_estimate == "unbiased":
+                    k = group.objective_k
+                    statement += (
+                        f"; its correction h(p) = {k}p(1 - p)^{k} is not linear, so even an "
+                        "unbiased p̂ biases h(p̂): the gate is that bias, exact by p"
+                    )
             return ObjectiveDeclaration(
                 statement=statement,
                 exact=exact,
@@ -170,29 +202,39 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
         return _knapsack_declaration(config, p, labels)
     if config.sampler == "gvm":
         return _gvm_declaration(config, p, labels)
-    if group.advantage in ("grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline"):
+    if group.advantage in (
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "raft",
+        "reinforce_baseline",
+        "passk_training",
+        "pkpo",
+    ):
         n = config.samples_per_prompt if group.group_size is None else group.group_size
         weights = implied_weight(
-            p,
-            estimator=group.advantage,
-            group_size=n,
-            raft_normalization=group.raft_normalization,
+            p, estimator=group.advantage, group_size=n, **_uniform_kwargs(group)
         )
+        # closed forms (adarl.algo.implied) for all but GRPO's (an n → ∞ statement)
+        exact = group.advantage != "grpo"
         if group.advantage == "raft":
             text = (
                 "p (weight 1)"
                 if group.raft_normalization == "group"
                 else f"log p (weight 1/p), gated by 1 - (1 - p)^{n}"
             )
+        elif group.advantage in ("passk_training", "pkpo"):
+            text, exact = _pass_at_k_text(group, n, p, weights)
         else:
             text = _UNIFORM_TEXT[group.advantage]
+        if group.focal_gamma > 0:
+            text, exact = _focal_text(group, n, p, weights, text)
         prefix = ""
         if config.sampler == "dynamic_filter":
             prefix = "on groups with mixed outcomes only (refilled), "
         return ObjectiveDeclaration(
             statement=f"{prefix}{text}, with groups of n = {n}",
-            # closed forms (adarl.algo.implied) for all but GRPO's
-            exact=config.sampler == "uniform" and group.advantage != "grpo",
+            exact=config.sampler == "uniform" and exact,
             implied_weight=dict(zip(labels, map(float, weights), strict=True)),
         )
     return ObjectiveDeclaration(
@@ -200,6 +242,47 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
         + f" (sampler {config.sampler!r})",
         exact=False,
     )
+
+
+def _pass_at_k_text(group: Any, n: int, p: np.ndarray, weights: np.ndarray) -> tuple[str, bool]:
+    """PKPO (exactly pass@k's weight at n ≥ k) and Pass@k Training (pass@k's direction with a
+    per-prompt 1/σ scale), each with its closed form checked against the enumerated weights."""
+    k = group.objective_k
+    if group.advantage == "pkpo":
+        closed = k * (1.0 - p) ** (k - 1)
+        text = (
+            f"pass@{k}: 1 - (1 - p)^{k} (weight {k}(1 - p)^{k - 1}), exactly (PKPO, baseline "
+            f"{group.pkpo_baseline})"
+        )
+    else:
+        closed = passk_training_weight(p, group_size=n, k=k)
+        text = (
+            f"pass@{k}'s direction {k}(1 - p)^{k - 1} scaled per prompt by 1/σ (Pass@k Training): "
+            f"w(p) = E[K(1 - R_K)/(σ_K + 1e-6)]/({n}p(1 - p)), K ~ Bin({n}, p), R_K = 1 - "
+            f"C({n} - K, {k})/C({n}, {k}) the group's pass@{k}, σ_K = √(R_K(1 - R_K)); without "
+            f"the 1/σ it would be (1 - {k}/{n})(1 - p)^{k - 1}"
+        )
+    return text, bool(np.allclose(weights, closed, rtol=1e-9, atol=1e-12))
+
+
+def _focal_text(
+    group: Any, n: int, p: np.ndarray, weights: np.ndarray, text: str
+) -> tuple[str, bool]:
+    """F-GRPO: the advantage's own objective with each group weighted by (1 - K/n)^γ."""
+    gamma = group.focal_gamma
+    if group.advantage == "grpo":
+        closed = focal_grpo_weight(p, group_size=n, gamma=gamma)
+        statement = (
+            f"GRPO's implicit objective with each group weighted by (1 - K/n)^{gamma:g}, K its "
+            f"positives (F-GRPO): w(p) = E[(1 - K/n)^{gamma:g}·K({n} - K)/({n}²(σ_K + 1e-6))]/"
+            f"(p(1 - p)), K ~ Bin({n}, p)"
+        )
+        return statement, bool(np.allclose(weights, closed, rtol=1e-9, atol=1e-12))
+    statement = (
+        f"{text} with each group weighted by (1 - K/n)^{gamma:g}, K its positives (F-GRPO's "
+        "factor; weight by p enumerated over K ~ Bin(n, p))"
+    )
+    return statement, False
 
 
 def _curation_clause(config: AllocatorConfig) -> str:
@@ -238,14 +321,20 @@ def _knapsack_declaration(
         p,
         estimator=group.advantage if group.advantage != "pool" else "rloo",
         group_size=n,
-        raft_normalization=group.raft_normalization,
+        **_uniform_kwargs(group),
     )
     text = _UNIFORM_TEXT.get(group.advantage, group.advantage)
-    value = (
-        "Knapsack-RL's value (1-p̂^n-(1-p̂)^n)·p̂(1-p̂)²"
-        if cur.knapsack_value == "knapsack_rl"
-        else "the posterior value of each sample for that objective"
-    )
+    if group.advantage in ("passk_training", "pkpo"):
+        text = _pass_at_k_text(group, n, p, weights)[0]
+    if group.focal_gamma > 0:
+        text = _focal_text(group, n, p, weights, text)[0]
+    value = {
+        "knapsack_rl": "Knapsack-RL's value (1-p̂^n-(1-p̂)^n)·p̂(1-p̂)²",
+        "hora": (
+            "HORA's hit utility 1 - E[(1-p)^n], p ~ Beta(1 + s, 1 + f) from a uniform prior and "
+            "the prompt's record, every candidate drawn"
+        ),
+    }.get(cur.knapsack_value, "the posterior value of each sample for that objective")
     return ObjectiveDeclaration(
         statement=(
             f"{text}, each prompt at its own planned group size n_x (the rollout budget split "
@@ -270,7 +359,11 @@ def _ada_est_declaration(
     elif est.ada_est_rule == "sqrt_odds":
         raw = np.sqrt((1.0 - p) / p)
     else:
-        objective = get_objective(config.group.objective, alpha=config.group.objective_alpha)
+        objective = get_objective(
+            config.group.objective,
+            alpha=config.group.objective_alpha,
+            objective_k=config.group.objective_k,
+        )
         raw = np.asarray(objective.w(p)) * np.sqrt(p * (1.0 - p))
     sizes = config.samples_per_prompt * raw / raw.mean()
     weights = np.array(

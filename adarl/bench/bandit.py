@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,6 +169,7 @@ def implied_weight_of(config: AllocatorConfig, p: float) -> float:
                 correction=group.correction,
                 objective=group.objective,
                 alpha=group.objective_alpha,
+                objective_k=group.objective_k,
                 pass_rate_estimate=group.pass_rate_estimate,
                 max_samples=seq.round_repeat * seq.max_rounds
                 if rounds
@@ -179,7 +180,24 @@ def implied_weight_of(config: AllocatorConfig, p: float) -> float:
             )
         )
     n = config.samples_per_prompt if group.group_size is None else group.group_size
-    return float(implied_weight(p, estimator=group.advantage, group_size=n))
+    return uniform_weight(config, p, n)
+
+
+def uniform_weight(config: AllocatorConfig, p: float, n: int) -> float:
+    """w(p; n) of the configuration's uniform-group advantage for a group of n (its k, F-GRPO's
+    γ, PKPO's baseline and RAFT's normalisation included)."""
+    group = config.group
+    return float(
+        implied_weight(
+            p,
+            estimator=group.advantage,
+            group_size=n,
+            raft_normalization=group.raft_normalization,
+            objective_k=group.objective_k,
+            focal_gamma=group.focal_gamma,
+            pkpo_baseline=group.pkpo_baseline,
+        )
+    )
 
 
 def _expected_samples(config: AllocatorConfig, p: float) -> float | None:
@@ -429,11 +447,14 @@ def measure_recurring(
     steps: int,
     latency: LatencyModel,
     seed: int = 0,
+    after_step: Callable[[int, Sampler], None] | None = None,
 ) -> RecurringResult:
     """Steps of the real rollout phase over a fixed population of bandit prompts served epoch by
     epoch (`CyclingPrompts`), so each prompt's skip or split is decided from its history. Per
     candidate visit: ĝ_x = (1/n_x)·Σ_j A_j (e_{a_j} - π_x) from the real groups (0 if skipped),
-    and its target from what the sampler planned before any label of the step was seen."""
+    and its target from what the sampler planned before any label of the step was seen.
+    `after_step(step, sampler)` is called after each step's rollout phase (its plan still held),
+    for checks of the allocation itself."""
     engine = BanditEngine()
     codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
     allocator = build_allocator(AllocatorConfig(**{**config.__dict__, "seed": seed}))
@@ -456,7 +477,6 @@ def measure_recurring(
     skip_run: dict[str, int] = {}
     longest_skip_run = 0
     ever_drawn: set[str] = set()
-    estimator = config.group.advantage
     ht = config.curation.inverse_probability_weights
     with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
         for step in range(steps):
@@ -480,6 +500,8 @@ def measure_recurring(
             )
             groups = {g.prompt_id: g for g in phase.result.groups}
             step_rollouts.append(int(phase.result.metrics["sampling/rollouts"]))
+            if after_step is not None:
+                after_step(step, sampler)
             for pid in sampler.prompt_ids():
                 p = rate[pid]
                 pi = policy(p)
@@ -495,14 +517,7 @@ def measure_recurring(
                         )
                     g /= len(group.rollouts)
                 if n > 0 and (p, n) not in weights:
-                    weights[p, n] = float(
-                        implied_weight(
-                            p,
-                            estimator=estimator,
-                            group_size=n,
-                            raft_normalization=config.group.raft_normalization,
-                        )
-                    )
+                    weights[p, n] = uniform_weight(config, p, n)
                 w = weights.get((p, n), 0.0) * (1.0 if ht else probability)
                 residuals[p].append(g - w * grad_p)
                 targets[p].append(w * grad_p)

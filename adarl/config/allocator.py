@@ -100,8 +100,13 @@ stats.py)
         (split ⅓ all-correct, ⅔ all-wrong); greso_step_size: its per-step adjustment;
         greso_min_p, greso_max_p: its clamp.
     knapsack_value: "knapsack" sampler: "knapsack_rl" (Knapsack-RL's value (1-p̂^n-(1-p̂)^n)·
-        p̂(1-p̂)² with its last-visit estimate, minimum and fallback) or "declared" (adarl: the
-        expected share of the declared objective's gradient under the posterior).
+        p̂(1-p̂)² with its last-visit estimate, minimum and fallback), "declared" (adarl: the
+        expected share of the declared objective's gradient under the posterior) or "hora"
+        (HORA, arXiv 2605.07114: the hit utility 1 - E[(1-p)^n], the posterior probability that
+        one of the n rollouts is correct, p ~ Beta(1 + s, 1 + f) from a uniform prior and the
+        prompt's discounted record of s positives and f negatives; every candidate gets at least
+        min_samples_per_prompt, so explore_fraction must be 0 and candidates_per_step ×
+        min_samples_per_prompt must fit the budget).
     candidates_per_step: "knapsack": candidates the budget is split across; null =
         prompts_per_step (Knapsack-RL); more lets the budget fill with prompts that carry signal.
     min_samples_per_prompt: "knapsack": the fewest samples a drawn prompt gets (2).
@@ -119,11 +124,28 @@ stats.py)
         discarded; with pooled advantages each prompt's pool weighs `samples_per_prompt`
         sequences in the loss, see `adarl.allocator.group_builder`).
     advantage: "pool" (Reinforce-Ada: pool baseline + `correction`) or a uniform-group
-        estimator: "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est".
+        estimator: "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est",
+        "passk_training" (Pass@k Training's analytical advantages, arXiv 2508.10751, k =
+        objective_k) or "pkpo" (PKPO's unbiased pass@k gradient, arXiv 2505.15201, k = objective_k,
+        baseline pkpo_baseline). passk_training and pkpo need groups of at least k samples whose
+        size is fixed before their labels: sampler uniform or dynamic_filter (samples_per_prompt
+        >= k), or knapsack with whole pools and curation.min_samples_per_prompt >= k.
     correction: for "pool": "none" (A = r - p̃, the released script), "std", "selection",
         "inverse_p", "inverse_sqrt_p" (`adarl.algo.selection.Correction`).
     objective, objective_alpha: the declared f for "selection" ("linear", "log", "arcsin",
-        "power" with exponent objective_alpha).
+        "power" with exponent objective_alpha, "pass_at_k": 1 - (1-p)^k with k = objective_k);
+        also the f of ada_est's "variance_optimal" rule and of the declared knapsack value.
+    objective_k: k of pass@k, in samples (the attempts pass@k counts; integer >= 1, default 8):
+        the k of objective "pass_at_k" (weight k(1-p)^(k-1)) and of the advantages
+        "passk_training" and "pkpo".
+    focal_gamma: F-GRPO's exponent γ (arXiv 2602.06717): the group-relative advantages "grpo",
+        "dr_grpo" and "rloo" are multiplied by (1 - p̂)^γ, p̂ the group's success rate (its share
+        of positives); 0 (default) = off. Refused with other advantages and with the sequential
+        samplers (their pools stop on their labels).
+    pkpo_baseline: advantage "pkpo" only: "loo_minus_one" (the paper's s^(loo-1): only correct
+        samples are weighted, C(n-c, k-1)/C(n, k)·n; n >= k), "loo" (s^(loo): leave-one-out pass@k
+        baseline; n > k) or "none" (the raw effective rewards). All three are unbiased for
+        ∇pass@k.
     unresolved_policy: prompts stopped without the exit condition: "keep_available" (train on
         min(n, N) of them, the reference), "zero_advantage", "drop".
     downsample_order: "random" or "earliest" (the reference).
@@ -142,20 +164,34 @@ stats.py)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 SAMPLERS = ("uniform", "seq_pos", "seq_balance", "dynamic_filter", "ada_est", "gvm", "knapsack")
 SKIP_RULES = ("none", "greso", "posterior")
-KNAPSACK_VALUES = ("declared", "knapsack_rl")
+KNAPSACK_VALUES = ("declared", "knapsack_rl", "hora")
 PRIOR_POOLS = ("difficulty", "task")
 # Samplers that spend a rollout budget to the rollout, drawing prompts until it is spent.
 BUDGETED_SAMPLERS = ("uniform", "knapsack")
 SEQUENTIAL_MODES = ("streaming", "rounds")
-ADVANTAGES = ("pool", "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est")
+ADVANTAGES = (
+    "pool",
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "raft",
+    "reinforce_baseline",
+    "ada_est",
+    "passk_training",
+    "pkpo",
+)
+PASS_AT_K_ADVANTAGES = ("passk_training", "pkpo")
+FOCAL_ADVANTAGES = ("grpo", "dr_grpo", "rloo")  # group-relative: F-GRPO's factor is defined
+PKPO_BASELINES = ("loo_minus_one", "loo", "none")
 CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
 UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
 DOWNSAMPLE_ORDERS = ("random", "earliest")
-OBJECTIVES = ("linear", "log", "arcsin", "power")
+OBJECTIVES = ("linear", "log", "arcsin", "power", "pass_at_k")
 RAFT_NORMALIZATIONS = ("group", "positives", "estimate")
 ADA_EST_RULES = ("inverse_sqrt", "sqrt_odds", "variance_optimal")
 PASS_RATE_ESTIMATES = ("unbiased", "pool")
@@ -378,6 +414,9 @@ class GroupConfig:
     correction: str = "none"
     objective: str = "log"
     objective_alpha: float = 0.5
+    objective_k: int = 8
+    focal_gamma: float = 0.0
+    pkpo_baseline: str = "loo_minus_one"
     unresolved_policy: str = "keep_available"
     downsample_order: str = "random"
     raft_normalization: str = "group"
@@ -397,9 +436,28 @@ class GroupConfig:
             ("objective", self.objective, OBJECTIVES),
             ("raft_normalization", self.raft_normalization, RAFT_NORMALIZATIONS),
             ("pass_rate_estimate", self.pass_rate_estimate, PASS_RATE_ESTIMATES),
+            ("pkpo_baseline", self.pkpo_baseline, PKPO_BASELINES),
         ):
             if value not in allowed:
                 raise ValueError(f"allocator.group.{key}={value!r} is not one of {allowed}")
+        k = self.objective_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(
+                f"allocator.group.objective_k={k!r} must be an integer >= 1 (k of pass@k, in "
+                "samples; e.g. 8)"
+            )
+        if not (math.isfinite(self.focal_gamma) and self.focal_gamma >= 0):
+            raise ValueError(
+                f"allocator.group.focal_gamma={self.focal_gamma} must be >= 0 (0 turns F-GRPO's "
+                "factor off)"
+            )
+        if self.focal_gamma > 0 and self.advantage not in FOCAL_ADVANTAGES:
+            raise ValueError(
+                f"allocator.group.focal_gamma={self.focal_gamma} (F-GRPO) multiplies a "
+                f"group-relative advantage, one of {FOCAL_ADVANTAGES}, but allocator.group."
+                f"advantage={self.advantage!r}; set allocator.group.advantage=grpo (F-GRPO as "
+                "published) or allocator.group.focal_gamma=0"
+            )
         if not 0.0 < self.clip_delta < 0.5:
             raise ValueError(f"allocator.group.clip_delta={self.clip_delta} must be in (0, 0.5)")
 
@@ -535,3 +593,61 @@ class AllocatorConfig:
         self.dynamic_filter.validate()
         self.estimation.validate()
         self.group.validate()
+        self.validate_coverage()
+
+    def validate_coverage(self) -> None:
+        """The coverage options' cross-checks (docs/algorithms.md "Coverage objectives")."""
+        group, cur = self.group, self.curation
+        sequential = self.sampler in ("seq_pos", "seq_balance")
+        if group.focal_gamma > 0 and sequential:
+            raise ValueError(
+                f"allocator.group.focal_gamma={group.focal_gamma} with sampler={self.sampler!r}: "
+                "F-GRPO weighs a group by its success rate, but a sequential sampler's pool stops "
+                "on its labels (its rate is pulled to the stopping rule's quota); use "
+                "sampler=uniform (+experiment=f_grpo) or allocator.group.focal_gamma=0"
+            )
+        if group.advantage in PASS_AT_K_ADVANTAGES:
+            k = group.objective_k
+            least = k + 1 if group.advantage == "pkpo" and group.pkpo_baseline == "loo" else k
+            if self.sampler in ("uniform", "dynamic_filter"):
+                size = self.samples_per_prompt
+                if group.group_size is not None:
+                    size = min(size, group.group_size)
+                where = "allocator.samples_per_prompt (and group.group_size)"
+            elif self.sampler == "knapsack" and group.group_size is None:
+                size = cur.min_samples_per_prompt
+                where = "allocator.curation.min_samples_per_prompt"
+            else:
+                raise ValueError(
+                    f"allocator.group.advantage={group.advantage!r} needs uniform groups whose "
+                    f"size is fixed before their labels, but sampler={self.sampler!r}"
+                    + (" with group.group_size set" if self.sampler == "knapsack" else "")
+                    + "; use sampler=uniform or dynamic_filter, or knapsack with "
+                    "allocator.group.group_size=null"
+                )
+            if size < least:
+                raise ValueError(
+                    f"allocator.group.advantage={group.advantage!r} with objective_k={k} needs "
+                    f"groups of at least {least} samples, but {where} allows {size}; raise it "
+                    f"or lower allocator.group.objective_k"
+                    + (" (or use pkpo_baseline=loo_minus_one)" if least > k else "")
+                )
+        if self.sampler == "knapsack" and cur.knapsack_value == "hora":
+            budget = self.rollout_budget()
+            assert budget is not None
+            if cur.explore_fraction != 0.0:
+                raise ValueError(
+                    f"allocator.curation.explore_fraction={cur.explore_fraction} with "
+                    "knapsack_value=hora: HORA gives every candidate at least "
+                    "min_samples_per_prompt (nothing is left out to explore); set "
+                    "allocator.curation.explore_fraction=0"
+                )
+            due = self.knapsack_candidates() * cur.min_samples_per_prompt
+            if due > budget:
+                raise ValueError(
+                    f"allocator: knapsack_value=hora gives each of {self.knapsack_candidates()} "
+                    f"candidates at least curation.min_samples_per_prompt="
+                    f"{cur.min_samples_per_prompt}: {due} rollouts, over the budget of {budget}; "
+                    f"lower curation.candidates_per_step to <= "
+                    f"{budget // cur.min_samples_per_prompt} or min_samples_per_prompt"
+                )

@@ -189,6 +189,7 @@ class AdaEstSampler(_TwoStage):
         rule: str = "inverse_sqrt",
         objective: str = "log",
         objective_alpha: float = 0.5,
+        objective_k: int = 8,
         pilot_samples: int = 2,
         max_age_steps: int | None = 100,
         prior_alpha: float = 1.0,
@@ -215,6 +216,7 @@ class AdaEstSampler(_TwoStage):
         self.rule = rule
         self.objective = objective
         self.objective_alpha = objective_alpha
+        self.objective_k = objective_k
         self.pilot_size = pilot_samples
         self.max_age_steps = max_age_steps
         self.prior_alpha = prior_alpha
@@ -290,7 +292,11 @@ class AdaEstSampler(_TwoStage):
                 n = sqrt_odds_allocation(p_hat, **bounds)
             else:
                 n = variance_optimal_allocation(
-                    p_hat, objective=self.objective, alpha=self.objective_alpha, **bounds
+                    p_hat,
+                    objective=self.objective,
+                    alpha=self.objective_alpha,
+                    objective_k=self.objective_k,
+                    **bounds,
                 )
             counts = dict(zip(prompts, (int(x) for x in n), strict=True))
         self._second_stage(counts)

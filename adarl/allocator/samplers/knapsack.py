@@ -29,6 +29,17 @@ planned before any draw (`planned_samples`: n_min for an exploration candidate, 
 With `inverse_probability_weights` an explored prompt's advantages are multiplied by 1/π, so the
 declared objective is kept exactly: E[1{drawn}/π · ĝ] = w(p; n)·∇p for every candidate
 (adarl/allocator/curation.py says the same of skips). Candidates not drawn are SKIPPED.
+
+**hora** (HORA, Wang et al. 2026, arXiv 2605.07114). n more rollouts of a prompt are worth their
+hit utility H(n) = 1 - E[(1-p)^n] (`hit_utility`), the posterior probability that at least one is
+correct, with p ~ Beta(1 + s, 1 + f): HORA's uniform prior and the prompt's discounted record of
+s positives and f negatives (not the pooled prior). Every candidate gets n_i ∈ [n_min, cap] with
+Σ n_i = B exactly, maximising Σ H_i(n_i) (`knapsack_allocation`, exact; H is concave, so this is
+also the greedy split by the increments E[p(1-p)^(m-1)]). Nothing is skipped or explored (π = 1),
+so each prompt's group, of a size fixed before its labels, estimates its advantage's weight at its
+planned n: GRPO's w(p; n_x) with GRPO's advantage, as the paper leaves it unchanged. An unseen
+prompt has Beta(1, 1), so the first visits are uniform. The paper's own text of the algorithm was
+not available to adarl; docs/algorithms.md "Coverage objectives" says what was derived.
 """
 
 from __future__ import annotations
@@ -39,7 +50,12 @@ from typing import Any
 
 import numpy as np
 
-from adarl.algo.curation import declared_value, knapsack_allocation, knapsack_rl_value
+from adarl.algo.curation import (
+    declared_value,
+    hit_utility,
+    knapsack_allocation,
+    knapsack_rl_value,
+)
 from adarl.allocator.samplers.base import (
     PromptHistory,
     PromptStatus,
@@ -49,7 +65,8 @@ from adarl.allocator.samplers.base import (
 from adarl.allocator.samplers.estimation import ESTIMATE_BINS, _estimate_bin
 from adarl.allocator.samplers.ledger import LedgerSampler, StepLedger
 
-VALUE_RULES = ("declared", "knapsack_rl")
+VALUE_RULES = ("declared", "knapsack_rl", "hora")
+HORA_PRIOR = (1.0, 1.0)  # HORA's uniform Beta prior
 KNAPSACK_RL_CONFIDENCE = 0.9  # the code's alpha: samples for a 90% chance of a mixed group
 
 
@@ -67,6 +84,7 @@ class KnapsackSampler(LedgerSampler):
         candidates_per_step: int,
         objective: str = "arcsin",
         objective_alpha: float = 0.5,
+        objective_k: int = 8,
         explore_fraction: float = 0.0,
         max_skipped_visits: int | None = None,
         inverse_probability_weights: bool = True,
@@ -94,6 +112,16 @@ class KnapsackSampler(LedgerSampler):
             raise ValueError(f"knapsack: max_skipped_visits must be >= 0, got {max_skipped_visits}")
         if mean_samples_per_prompt < 1 or rollouts_per_step < 1:
             raise ValueError("knapsack: mean_samples_per_prompt and rollouts_per_step must be >= 1")
+        if value == "hora" and explore_fraction != 0.0:
+            raise ValueError(
+                f"knapsack: value='hora' draws every candidate; explore_fraction must be 0, got "
+                f"{explore_fraction}"
+            )
+        if value == "hora" and candidates_per_step * min_samples_per_prompt > rollouts_per_step:
+            raise ValueError(
+                f"knapsack: value='hora' gives each of {candidates_per_step} candidates at least "
+                f"{min_samples_per_prompt} samples, over rollouts_per_step={rollouts_per_step}"
+            )
         self.value = value
         self.rollouts_per_step = rollouts_per_step
         self.mean_samples_per_prompt = mean_samples_per_prompt
@@ -102,12 +130,13 @@ class KnapsackSampler(LedgerSampler):
         self.candidates_per_step = candidates_per_step
         self.objective = objective
         self.objective_alpha = objective_alpha
+        self.objective_k = objective_k
         self.explore_fraction = explore_fraction
         self.max_skipped_visits = max_skipped_visits
         self.inverse_probability_weights = inverse_probability_weights
         self.seed = seed
         self.positive_threshold = positive_threshold
-        self.name = "knapsack_rl" if value == "knapsack_rl" else "knapsack"
+        self.name = {"knapsack_rl": "knapsack_rl", "hora": "hora"}.get(value, "knapsack")
         self.step = -1
         self._reset_step()
 
@@ -203,6 +232,8 @@ class KnapsackSampler(LedgerSampler):
         budget = min(self.rollouts_per_step, len(pids) * self.max_samples_per_prompt)
         if self.value == "knapsack_rl":
             counts = self._knapsack_rl(pids, budget)
+        elif self.value == "hora":
+            counts = self._hora(pids, budget)
         else:
             counts = self._declared(pids, budget)
         for pid in pids:
@@ -273,6 +304,30 @@ class KnapsackSampler(LedgerSampler):
             counts[pid] += int(extra)
         return counts
 
+    def hora_posterior(self, prompt_id: str) -> tuple[float, float]:
+        """HORA's Beta(1 + s, 1 + f) of a candidate: the uniform prior and its discounted record."""
+        history = self._history[prompt_id]
+        return (
+            HORA_PRIOR[0] + history.decayed_positives,
+            HORA_PRIOR[1] + history.decayed_negatives,
+        )
+
+    def _hora(self, pids: list[str], budget: int) -> dict[str, int]:
+        n_min, cap = self.min_samples_per_prompt, self.max_samples_per_prompt
+        posterior = np.array([self.hora_posterior(pid) for pid in pids])  # [C, 2]
+        for pid, (a, b) in zip(pids, posterior, strict=True):
+            self._estimates[pid] = float(a / (a + b))
+            self._probability[pid] = 1.0
+        values = hit_utility(posterior[:, 0], posterior[:, 1], max_samples=cap)  # [C, cap + 1]
+        counts = knapsack_allocation(
+            values,
+            budget=budget,
+            min_samples=n_min,
+            max_samples=cap,
+            required=np.ones(len(pids), bool),
+        )
+        return {pid: int(n) for pid, n in zip(pids, counts, strict=True)}
+
     def _declared(self, pids: list[str], budget: int) -> dict[str, int]:
         n_min, cap = self.min_samples_per_prompt, self.max_samples_per_prompt
         posterior = np.array([self._history[pid].posterior() for pid in pids])  # [C, 2]
@@ -282,6 +337,7 @@ class KnapsackSampler(LedgerSampler):
             max_samples=cap,
             objective=self.objective,
             alpha=self.objective_alpha,
+            objective_k=self.objective_k,
         )
         for pid, (a, b) in zip(pids, posterior, strict=True):
             self._estimates[pid] = float(a / (a + b))
