@@ -102,6 +102,11 @@ ARMS: tuple[Arm, ...] = (
             "allocator.group.group_size=2",
         ),
     ),
+    # Coverage objectives (issue 30) at GRPO n = 8's compute: F-GRPO, Pass@k Training, PKPO, HORA.
+    Arm("f_grpo", "f_grpo"),
+    Arm("passk_grpo", "passk_grpo"),
+    Arm("pkpo", "pkpo"),
+    Arm("hora_grpo", "hora_grpo"),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
