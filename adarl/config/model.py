@@ -4,11 +4,12 @@ built-in tiny model is built and warm-started.
 `ModelConfig`
     name_or_path: a Hugging Face model directory or hub name, loaded with the standard
         `AutoModelForCausalLM`/tokenizer code, or a built-in name, built locally and cached:
-        `adarl/tiny-arithmetic` (≈0.4M parameters, character tokenizer, warm-started on the
-        arithmetic task from `tiny`) or `adarl/mid-math` (a fixed ≈32M-parameter Qwen2 with a
-        byte-level BPE tokenizer trained locally and a ChatML chat template, randomly
-        initialised: it exercises real lengths and the chat template on CPU, it does not solve
-        anything; adarl/models/mid.py).
+        `adarl/tiny-arithmetic` (≈0.4M parameters, character tokenizer, warm-started from `tiny`
+        on the task the run trains on: the built-in arithmetic task by default, or any other
+        task, whose training split then gives its vocabulary and warm-start data) or
+        `adarl/mid-math` (a fixed ≈32M-parameter Qwen2 with a byte-level BPE tokenizer trained
+        locally and a ChatML chat template, randomly initialised: it exercises real lengths and
+        the chat template on CPU, it does not solve anything; adarl/models/mid.py).
     cache_dir: where built-in models are cached (`<cache_dir>/models/<config hash>`); None means
         `$ADARL_CACHE_DIR` or, if unset, `~/.cache/adarl`.
     tiny: architecture and warm start of the built-in tiny model (ignored for other models).
@@ -27,17 +28,26 @@ tiny model is always built and cached in float32.
     init_seed: seed of the random initialisation.
     sft_steps: optimiser steps of the supervised warm start on the task's train split (0: no
         warm start, a random policy). The default is tuned so the base policy has a spread of
-        pass rates at temperature 1 (many prompts at p≈0 and p≈1 and a band between).
+        pass rates at temperature 1 (many prompts at p≈0 and p≈1 and a band between). On a task
+        other than the built-in (files, `datasets`, reasoning-gym) it is the most steps taken:
+        that warm start stops earlier, at `sft_stop_pass_rate` (adarl/models/task_warm_start.py).
+    sft_stop_pass_rate: tasks other than the built-in: the warm start stops at the first check
+        (every 25 steps) where training prompts held aside from it (128, never trained on) are
+        answered exactly by this share of their temperature-1 samples: a light warm start on any
+        task, whose base pass rate is about this, so RL has room and signal.
     sft_batch_size: (prompt, answer) pairs per warm-start step.
-    sft_learning_rate: peak AdamW learning rate (linear warm-up over 5% of steps, cosine decay).
+    sft_learning_rate: peak AdamW learning rate (built-in task: linear warm-up over 5% of steps,
+        cosine decay; other tasks: warm-up over 20 steps, then constant, as they stop early).
     sft_weight_decay: AdamW weight decay.
     sft_response: what the warm start teaches the policy to write: "answer" (the answer alone,
         the default) or "worked" (its worked solution `47*30=1410,47*8=376,1410+376=1786`, the
         steps the hint levels are read from, adarl/hints/arithmetic.py, so a hint is the start of
         the policy's own solution). "worked" needs `reward.exact_match.answer_marker="="` and
-        responses of up to ~34 tokens; the preset `model=tiny_worked` sets all three.
+        responses of up to ~34 tokens; the preset `model=tiny_worked` sets all three. On another
+        task "worked" teaches each example's reference solution (`task.fields.reference_solution`).
     sft_hinted_share: share of the warm start's task pairs shown with a hint of a random usable
         level (adarl/models/hint_warm_start.py), so hinted prompts are a format the policy knows.
+        The built-in task only (its hints are arithmetic).
     sft_seed: seed of the warm-start data (i.i.d. train-split draws) and their order.
     sft_num_threads: torch threads during the warm start (1 keeps it fair on shared cores).
 """
@@ -75,6 +85,7 @@ class TinyModelConfig:
     sft_hinted_share: float = 0.25
     sft_seed: int = 0
     sft_num_threads: int = 1
+    sft_stop_pass_rate: float = 0.15
 
     def validate(self) -> None:
         positive = (
@@ -109,6 +120,10 @@ class TinyModelConfig:
         if not 0.0 <= self.sft_hinted_share <= 1.0:
             raise ValueError(
                 f"model.tiny.sft_hinted_share={self.sft_hinted_share} must be in [0, 1]"
+            )
+        if not 0.0 < self.sft_stop_pass_rate <= 1.0:
+            raise ValueError(
+                f"model.tiny.sft_stop_pass_rate={self.sft_stop_pass_rate} must be in (0, 1]"
             )
         if self.sft_learning_rate <= 0:
             raise ValueError(

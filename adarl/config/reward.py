@@ -12,6 +12,8 @@ Which verifier scores an example is the task's choice (`task.verifier`, stamped 
     exact_match: `ExactMatchConfig` (the "arithmetic" and "exact_match" verifiers).
     math: `MathConfig` (the "math" verifier, math-verify on `\\boxed{...}` answers).
     code: `CodeConfig` (the "code" verifier: candidate programs in a subprocess sandbox).
+    reasoning_gym: `ReasoningGymRewardConfig` (the "reasoning_gym" verifier of
+        `task.source=reasoning_gym`: the dataset's own `score_answer`).
 
 `ExactMatchConfig`
     end_markers: the response is read up to the first of these (the engine usually strips the
@@ -23,6 +25,11 @@ Which verifier scores an example is the task's choice (`task.verifier`, stamped 
 `MathConfig`
     max_answer_chars: responses longer than this are refused unparsed (reward 0, an error), a
         guard against pathological sympy work.
+
+`ReasoningGymRewardConfig`
+    pass_threshold: a response passes (reward 1, else 0) when its dataset's `score_answer` is at
+        least this; 1.0 (default) = full credit only (reasoning-gym gives partial credit, e.g.
+        len(answer)/len(response) to a response that contains the answer among other text).
 
 `CodeConfig` (limits are per run of the candidate program; one run per stdin/stdout test case,
 one run for all assert tests)
@@ -106,12 +113,24 @@ class CodeConfig:
 
 
 @dataclass
+class ReasoningGymRewardConfig:
+    pass_threshold: float = 1.0
+
+    def validate(self) -> None:
+        if not 0.0 < self.pass_threshold <= 1.0:
+            raise ValueError(
+                f"reward.reasoning_gym.pass_threshold={self.pass_threshold} must be in (0, 1]"
+            )
+
+
+@dataclass
 class RewardConfig:
     num_workers: int = 4
     timeout_s: float = 60.0
     exact_match: ExactMatchConfig = field(default_factory=ExactMatchConfig)
     math: MathConfig = field(default_factory=MathConfig)
     code: CodeConfig = field(default_factory=CodeConfig)
+    reasoning_gym: ReasoningGymRewardConfig = field(default_factory=ReasoningGymRewardConfig)
 
     def validate(self) -> None:
         if self.num_workers < 1:
@@ -121,6 +140,7 @@ class RewardConfig:
         self.exact_match.validate()
         self.math.validate()
         self.code.validate()
+        self.reasoning_gym.validate()
         if self.timeout_s <= self.code.total_timeout_s:
             raise ValueError(
                 f"reward.timeout_s={self.timeout_s} must exceed reward.code.total_timeout_s="

@@ -2,7 +2,8 @@
 `TaskExample`s.
 
 `TaskConfig`
-    source: "arithmetic" (the built-in task, `arithmetic` below), or a local file source:
+    source: "arithmetic" (the built-in task, `arithmetic` below), "reasoning_gym" (a
+        reasoning-gym generator, `reasoning_gym` below), or a local file source:
         "jsonl", "parquet", "datasets" (a directory written by `Dataset.save_to_disk`, read with
         `datasets.load_from_disk`; never the hub) or "auto" (inferred from `path`: `.jsonl`,
         `.parquet`, or a `save_to_disk` directory).
@@ -38,6 +39,7 @@
         " Let's think step by step and output the final answer within \\boxed{}."); applied
         in both layouts. "" = none.
     arithmetic: the built-in task (`ArithmeticConfig`).
+    reasoning_gym: reasoning-gym's generators (`ReasoningGymConfig`; `source: reasoning_gym`).
 
 `FieldsConfig` (column names; a dotted path reads nested records: "reward_model.ground_truth",
 "prompt.0.content")
@@ -57,6 +59,21 @@
         (split_seed, prompt) is below test_fraction. Changing them changes both splits.
     levels: the difficulty mix (`ArithmeticLevelConfig` list); None = the documented default.
 
+`ReasoningGymConfig` (adarl/tasks/reasoning_gym.py; needs the optional extra `adarl[tasks]`)
+    name: the generator, e.g. "leg_counting", "gcd", "basic_arithmetic" (an unknown name fails
+        with the closest ones).
+    config: the generator's own keys (its difficulty parameters), e.g. {max_animals: 3}; a key
+        it does not have fails, naming those it has. Not `seed` or `size` (below).
+    num_train_prompts: entries drawn for training (repeated questions and held-out questions
+        are then dropped, so the source may hold fewer).
+    num_test_prompts: entries drawn for the held-out set.
+    seed, test_seed: the generator's seed for each split. Entry i is drawn from seed + i, so the
+        ranges [seed, seed + num_train_prompts) and [test_seed, test_seed + num_test_prompts)
+        must not overlap (checked). Not derived from the root `seed`.
+    difficulty_key: a numeric metadata field (dotted path) that is the prompt's difficulty; None
+        = the first declared difficulty attribute with a per-item value that is a level
+        (docs/tasks_and_rewards.md).
+
 `ArithmeticLevelConfig`
     name: label of the level.
     operand_ranges: inclusive [low, high] range of each operand, e.g. [[10, 99], [0, 9]] for
@@ -68,8 +85,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-SOURCES = ("arithmetic", "jsonl", "parquet", "datasets", "auto")
+SOURCES = ("arithmetic", "reasoning_gym", "jsonl", "parquet", "datasets", "auto")
 FILE_SOURCES = ("jsonl", "parquet", "datasets", "auto")
 ON_BAD_ROW = ("error", "skip")
 
@@ -132,6 +150,35 @@ class ArithmeticConfig:
 
 
 @dataclass
+class ReasoningGymConfig:
+    name: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    num_train_prompts: int = 4096
+    num_test_prompts: int = 256
+    seed: int = 0
+    test_seed: int = 1_000_000_000
+    difficulty_key: str | None = None
+
+    def validate(self) -> None:
+        if not self.name:
+            raise ValueError(
+                "task.source=reasoning_gym: set task.reasoning_gym.name to a generator, e.g. "
+                "task.reasoning_gym.name=leg_counting"
+            )
+        for key in ("num_train_prompts", "num_test_prompts"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"task.reasoning_gym.{key}={getattr(self, key)} must be >= 1")
+        train = (self.seed, self.seed + self.num_train_prompts)
+        test = (self.test_seed, self.test_seed + self.num_test_prompts)
+        if train[0] < test[1] and test[0] < train[1]:
+            raise ValueError(
+                f"task.reasoning_gym: training entries draw seeds [{train[0]}, {train[1]}) and "
+                f"held-out entries [{test[0]}, {test[1]}), which overlap (entry i is drawn from "
+                "seed + i); move task.reasoning_gym.test_seed past the training range"
+            )
+
+
+@dataclass
 class TaskConfig:
     source: str = "arithmetic"
     verifier: str | None = None
@@ -149,6 +196,7 @@ class TaskConfig:
     system_prompt: str | None = None
     instruction_suffix: str = ""
     arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
 
     def validate(self) -> None:
         if self.system_prompt is not None and not self.chat_template:
@@ -173,6 +221,21 @@ class TaskConfig:
                 f"task.test_fraction={self.test_fraction} applies to file sources; the arithmetic "
                 "task holds out task.arithmetic.test_fraction of its prompts: set that instead"
             )
+        if self.source == "reasoning_gym":
+            if self.test_fraction > 0 or self.test_path or self.path:
+                raise ValueError(
+                    "task.source=reasoning_gym generates its prompts: unset task.path, "
+                    "task.test_path and task.test_fraction (task.reasoning_gym.num_test_prompts "
+                    "sizes the held-out set)"
+                )
+            if self.verifier not in (None, "reasoning_gym"):
+                raise ValueError(
+                    f"task.verifier={self.verifier!r}: reasoning-gym prompts are scored by their "
+                    "dataset's own score_answer (verifier 'reasoning_gym'); leave task.verifier "
+                    "unset"
+                )
+            self.reasoning_gym.validate()
+            return
         if self.test_path and self.test_fraction > 0:
             raise ValueError(
                 f"task.test_path and task.test_fraction={self.test_fraction} both name a held-out "
@@ -200,5 +263,8 @@ class TaskConfig:
 
     @property
     def verifier_name(self) -> str:
-        """The verifier of this task (the arithmetic source implies 'arithmetic')."""
-        return "arithmetic" if self.source == "arithmetic" else str(self.verifier)
+        """The verifier of this task (the arithmetic source implies 'arithmetic', reasoning-gym
+        'reasoning_gym')."""
+        if self.source in ("arithmetic", "reasoning_gym"):
+            return self.source
+        return str(self.verifier)

@@ -6,16 +6,26 @@ and `load_policy` hand to the standard `from_pretrained` loaders exactly as on a
 Built-ins: `adarl/tiny-arithmetic` (adarl/models/tiny.py) and `adarl/mid-math`
 (adarl/models/mid.py). A built-in's tokenizer is rebuilt by name without building the model
 (`load_tokenizer`), so the data can be checked before any model exists.
+
+The tiny model learns the task the run trains on (`resolve_model_config(model, task=...)`,
+`policy_tokenizer(config)`): on the built-in arithmetic task its own recipe and vocabulary
+(unchanged: the same weights and cache key as always); on any other task the vocabulary and a
+light warm start come from that task's training split (adarl/models/task_warm_start.py), and a
+task whose prompts or answers do not fit its lengths is refused before anything is built.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
+import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import (
@@ -25,6 +35,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
+    Qwen2ForCausalLM,
 )
 
 from adarl.config.model import (
@@ -37,7 +48,15 @@ from adarl.config.model import (
 from adarl.models.bpe import build_bpe_tokenizer
 from adarl.models.mid import build_mid_model_dir
 from adarl.models.tiny import AuxiliaryPairs, build_tiny_model_dir
-from adarl.models.tokenizer import build_char_tokenizer
+from adarl.models.tokenizer import build_char_tokenizer, build_task_char_tokenizer
+
+if TYPE_CHECKING:
+    from adarl.config import AdarlConfig
+    from adarl.config.tasks import ArithmeticConfig, TaskConfig
+    from adarl.models.task_warm_start import TaskWarmStartData, TaskWarmStartStats
+    from adarl.types import TaskExample
+
+log = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "ADARL_CACHE_DIR"
 # Tokenizer classes that mean "the plain fast tokenizer in tokenizer.json": load those with the
@@ -61,13 +80,42 @@ def default_cache_dir() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "adarl"
 
 
-def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
+# Settings of the task warm start (adarl/models/task_warm_start.py) that the built-in recipe does
+# not read: left out of its cache key, which stays what it always was.
+TASK_RECIPE_KEYS = ("sft_stop_pass_rate",)
+
+
+def _arithmetic_split(arithmetic: ArithmeticConfig | None) -> dict[str, object]:
+    """`sample_examples` keywords of the configured mix; {} for the documented default."""
+    if arithmetic is None:
+        return {}
+    from adarl.tasks.arithmetic import DEFAULT_SPLIT_SEED, DEFAULT_TEST_FRACTION
+    from adarl.tasks.build import arithmetic_levels
+
+    split: dict[str, object] = {}
+    if arithmetic.levels is not None:
+        split["levels"] = arithmetic_levels(arithmetic)
+    if arithmetic.split_seed != DEFAULT_SPLIT_SEED:
+        split["split_seed"] = arithmetic.split_seed
+    if arithmetic.test_fraction != DEFAULT_TEST_FRACTION:
+        split["test_fraction"] = arithmetic.test_fraction
+    return split
+
+
+def _arithmetic_pairs(
+    tiny: TinyModelConfig, split: dict[str, object] | None = None
+) -> list[tuple[str, str]]:
     from adarl.models.hint_warm_start import task_pairs_with_hints
     from adarl.tasks.arithmetic import sample_examples
 
     # One fresh i.i.d. train-split draw per training example: nothing repeats to be memorised.
     # A share of them is shown with a hint (adarl/models/hint_warm_start.py).
-    examples = sample_examples("train", tiny.sft_steps * tiny.sft_batch_size, seed=tiny.sft_seed)
+    examples = sample_examples(
+        "train",
+        tiny.sft_steps * tiny.sft_batch_size,
+        seed=tiny.sft_seed,
+        **(split or {}),  # type: ignore[arg-type]
+    )
     return task_pairs_with_hints(
         examples,
         share=tiny.sft_hinted_share,
@@ -76,7 +124,7 @@ def _arithmetic_pairs(tiny: TinyModelConfig) -> list[tuple[str, str]]:
     )
 
 
-def _arithmetic_fingerprint() -> str:
+def _arithmetic_fingerprint(split: dict[str, object] | None = None) -> str:
     # The generator's source and default mix stand in for the data: hashing ~40k generated
     # pairs would cost seconds on every load, this costs microseconds and still changes
     # whenever the task's code or levels do (and the hint rows', adarl/models/hint_warm_start.py).
@@ -85,6 +133,8 @@ def _arithmetic_fingerprint() -> str:
 
     digest = hashlib.sha256(inspect.getsource(arithmetic).encode())
     digest.update(repr(arithmetic.DEFAULT_LEVELS).encode())
+    if split:  # a configured mix or split (the default adds nothing: the key stays as it was)
+        digest.update(repr(sorted(split.items())).encode())
     return "arithmetic:" + digest.hexdigest()[:16] + "+" + hint_data_fingerprint()
 
 
@@ -94,13 +144,66 @@ def _arithmetic_hint_mode(tiny: TinyModelConfig) -> list[AuxiliaryPairs]:
     return arithmetic_hint_mode_auxiliary(tiny.sft_steps, seed=tiny.sft_seed)
 
 
+def is_builtin_task(task: TaskConfig | None) -> bool:
+    """Whether the tiny model takes the built-in task's recipe: no task given, or the arithmetic
+    source (its configured mix and split included)."""
+    return task is None or task.source == "arithmetic"
+
+
+def _task_key(task: TaskConfig) -> str:
+    """The task's settings, and the size and time of each file it reads (a file rewritten in
+    place is new data)."""
+    files = []
+    for path in (task.path, task.test_path):
+        if path and os.path.exists(path):
+            stat = os.stat(path)
+            files.append((path, stat.st_size, stat.st_mtime_ns))
+    return json.dumps([dataclasses.asdict(task), files], sort_keys=True, default=str)
+
+
+_SPLITS: dict[str, tuple[tuple[TaskExample, ...], tuple[TaskExample, ...]]] = {}
+
+
+def task_splits(task: TaskConfig) -> tuple[tuple[TaskExample, ...], tuple[TaskExample, ...]]:
+    """(training, held-out) examples of `task` as its builders make them with the default
+    verifier and no prompt check (cached per task and file version in this process). The tiny
+    model's vocabulary and warm start read the first only."""
+    from adarl.tasks.build import build_prompt_source, build_test_examples
+
+    key = _task_key(task)
+    if key not in _SPLITS:
+        if len(_SPLITS) >= 4:
+            _SPLITS.clear()
+        train = tuple(build_prompt_source(task).examples)
+        _SPLITS[key] = (train, tuple(build_test_examples(task)))
+    return _SPLITS[key]
+
+
+def task_warm_start(
+    tiny: TinyModelConfig, task: TaskConfig
+) -> tuple[TaskWarmStartData, PreTrainedTokenizerFast]:
+    """The warm-start data and the vocabulary of a task other than the built-in."""
+    from adarl.models.task_warm_start import PROBE_PROMPTS, task_warm_start_data
+
+    train, _ = task_splits(task)
+    data = task_warm_start_data(
+        train,
+        instruction_suffix=task.instruction_suffix,
+        worked=tiny.sft_response == "worked",
+        probe_prompts=PROBE_PROMPTS,
+    )
+    return data, build_task_char_tokenizer(data.characters)
+
+
 def resolve_model_path(
     name_or_path: str,
     *,
     cache_dir: str | Path | None = None,
     tiny: TinyModelConfig | None = None,
+    task: TaskConfig | None = None,
 ) -> str:
-    """A path or hub name `from_pretrained` understands; builds (once) and caches built-ins."""
+    """A path or hub name `from_pretrained` understands; builds (once) and caches built-ins.
+    `task`: the task the tiny model is warm-started on (None: the built-in task)."""
     if name_or_path not in BUILTIN_MODELS:
         return name_or_path
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -109,22 +212,177 @@ def resolve_model_path(
     if name_or_path != TINY_ARITHMETIC:
         raise AssertionError(f"built-in {name_or_path!r} has no recipe")
     tiny = tiny or TinyModelConfig()
+    if not is_builtin_task(task):
+        assert task is not None
+        return str(_build_task_model(tiny, task, root, name_or_path))
+    split = _arithmetic_split(None if task is None else task.arithmetic)
     return str(
         build_tiny_model_dir(
             tiny,
-            train_pairs=lambda: _arithmetic_pairs(tiny),
+            train_pairs=lambda: _arithmetic_pairs(tiny, split),
             auxiliary=lambda: _arithmetic_hint_mode(tiny),
-            data_fingerprint=_arithmetic_fingerprint(),
+            data_fingerprint=_arithmetic_fingerprint(split),
             cache_root=root,
             name=name_or_path,
+            ignore_keys=TASK_RECIPE_KEYS,
         )
     )
 
 
-def resolve_model_config(config: ModelConfig) -> str:
-    """`resolve_model_path` for a `ModelConfig`."""
+def _build_task_model(tiny: TinyModelConfig, task: TaskConfig, root: Path, name: str) -> Path:
+    from adarl.models.task_warm_start import CHECK_EVERY_STEPS, warm_start_to_pass_rate
+
+    data, tokenizer = task_warm_start(tiny, task)
+    built: list[TaskWarmStartStats] = []
+
+    def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase) -> TaskWarmStartStats:
+        log.info(
+            "warm-starting the tiny model on %s: %d training prompts, %d characters, at most %d "
+            "steps (model.tiny.sft_steps), until held-aside training prompts pass at %.0f%% "
+            "(model.tiny.sft_stop_pass_rate)",
+            _task_label(task),
+            len(data.pairs) + len(data.probe),
+            len(data.characters),
+            tiny.sft_steps,
+            100 * tiny.sft_stop_pass_rate,
+        )
+        stats = warm_start_to_pass_rate(
+            model,
+            tokenizer,
+            data,
+            stop_pass_rate=tiny.sft_stop_pass_rate,
+            max_steps=tiny.sft_steps,
+            check_every_steps=CHECK_EVERY_STEPS,
+            batch_size=tiny.sft_batch_size,
+            learning_rate=tiny.sft_learning_rate,
+            weight_decay=tiny.sft_weight_decay,
+            seed=tiny.sft_seed,
+        )
+        built.append(stats)
+        return stats
+
+    path = build_tiny_model_dir(
+        tiny,
+        tokenizer=tokenizer,
+        train=train,
+        data_fingerprint=data.fingerprint,
+        cache_root=root,
+        name=name,
+    )
+    for stats in built:
+        log.info(
+            "warm start on %s: %d steps in %.1f minutes, held-aside training prompts pass at "
+            "%.1f%% (stopped by %s); cached in %s",
+            _task_label(task),
+            stats.steps,
+            stats.minutes,
+            100 * stats.probe_pass_rate,
+            stats.stopped_by,
+            path,
+        )
+    return path
+
+
+def _task_label(task: TaskConfig) -> str:
+    if task.source == "reasoning_gym":
+        return f"reasoning-gym {task.reasoning_gym.name!r}"
+    return f"{task.path} ({task.source})"
+
+
+def resolve_model_config(config: ModelConfig, *, task: TaskConfig | None = None) -> str:
+    """`resolve_model_path` for a `ModelConfig`; `task`: the task the run trains on (the tiny
+    model is warm-started on it; None: the built-in task)."""
     config.validate()
-    return resolve_model_path(config.name_or_path, cache_dir=config.cache_dir, tiny=config.tiny)
+    return resolve_model_path(
+        config.name_or_path, cache_dir=config.cache_dir, tiny=config.tiny, task=task
+    )
+
+
+def policy_tokenizer(config: AdarlConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer of the run's policy, before any model is built: the built-in tiny model's
+    vocabulary for the run's task, or the model's own. A tiny model whose task's prompts or
+    answers do not fit its lengths (and a reasoning-gym task whose answers do not fit
+    `rollout.max_new_tokens` on any model) is refused here, naming the sizes and keys."""
+    model, task = config.model, config.task
+    if model.name_or_path == TINY_ARITHMETIC and not is_builtin_task(task):
+        _, tokenizer = task_warm_start(model.tiny, task)
+        assert isinstance(tokenizer, PreTrainedTokenizerBase)
+        check_policy_lengths(config, tokenizer, *task_splits(task))
+        return tokenizer
+    tokenizer = load_tokenizer(model.name_or_path)
+    if task.source == "reasoning_gym":
+        check_policy_lengths(config, tokenizer, *task_splits(task))
+    return tokenizer
+
+
+def check_policy_lengths(
+    config: AdarlConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[TaskExample],
+    test: Sequence[TaskExample],
+) -> None:
+    """Refuse a task whose responses (the answer, or the reference solution the tiny model is
+    taught with `sft_response=worked`) need more tokens than the run generates, or whose prompts
+    leave no room for them, naming the longest of each and the keys that fix it."""
+    tiny = config.model.name_or_path == TINY_ARITHMETIC
+    worked = tiny and config.model.tiny.sft_response == "worked"
+    examples = [*train, *test]
+    if not examples:
+        return
+    eos = 1 if tokenizer.eos_token_id is not None else 0
+    bos = 1 if tokenizer.bos_token_id is not None else 0
+    suffix = config.task.instruction_suffix
+
+    def response_tokens(example: TaskExample) -> int:
+        text = (example.reference_solution or "") if worked else example.answer
+        return len(tokenizer.encode(text, add_special_tokens=False)) + eos
+
+    longest_response = max(examples, key=response_tokens)
+    response = response_tokens(longest_response)
+    prompt = bos + max(
+        len(tokenizer.encode(e.prompt + suffix, add_special_tokens=False)) for e in examples
+    )
+    rollout, evaluation = config.rollout, config.eval
+    positions = config.model.tiny.max_position_embeddings if tiny else None
+    context = rollout.max_model_len or positions
+    problems, fixes = [], []
+    short = [
+        f"{key}={tokens}"
+        for key, tokens in (
+            ("rollout.max_new_tokens", rollout.max_new_tokens),
+            ("eval.max_new_tokens", evaluation.max_new_tokens),
+        )
+        if tokens < response
+    ]
+    if short:
+        shown = longest_response.reference_solution if worked else longest_response.answer
+        what = "reference solution" if worked else "answer"
+        problems.append(
+            f"its longest {what} is {response} tokens with <eos> ({longest_response.prompt_id!r}: "
+            f"{shown!r}) but {' and '.join(short)}"
+        )
+        fixes += [f"{item.split('=')[0]}={response}" for item in short]
+    # The prompt must leave room for a whole response (rollout.max_new_tokens, after the fix).
+    needed = prompt + max(response, rollout.max_new_tokens)
+    if context is not None and needed > context:
+        limit = (
+            f"rollout.max_model_len={rollout.max_model_len}"
+            if rollout.max_model_len
+            else f"the model's max positions ({context})"
+        )
+        problems.append(
+            f"its longest prompt is {prompt} tokens as the model sees it, and with "
+            f"{needed - prompt} response tokens needs {needed} positions but {limit}"
+        )
+        fixes.append(f"rollout.max_model_len={needed}")
+        if positions is not None and needed > positions:
+            fixes.append(f"model.tiny.max_position_embeddings={needed}")
+    if problems:
+        raise ValueError(
+            f"the task does not fit the policy's lengths: {'; '.join(problems)}. To fix: set "
+            + " ".join(fixes)
+            + " (or choose shorter prompts/answers, e.g. a smaller generator config)"
+        )
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:

@@ -29,9 +29,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from adarl.config.model import TinyModelConfig
 from adarl.models.tokenizer import build_char_tokenizer
@@ -261,11 +267,18 @@ def _max_positions(model: Qwen2ForCausalLM) -> int:
 
 
 def tiny_model_fingerprint(
-    config: TinyModelConfig, tokenizer: PreTrainedTokenizerBase, data_fingerprint: str
+    config: TinyModelConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    data_fingerprint: str,
+    *,
+    ignore_keys: Sequence[str] = (),
 ) -> str:
-    """Hash of everything that determines the built weights (the cache key)."""
+    """Hash of everything that determines the built weights (the cache key); `ignore_keys`
+    are settings the build does not read (e.g. the task recipe's keys for the built-in task)."""
     settings = asdict(config)
     settings.pop("sft_num_threads")  # affects speed, not the recipe
+    for key in ignore_keys:
+        settings.pop(key)
     payload = {
         "format": BUILD_FORMAT_VERSION,
         "architecture": "Qwen2ForCausalLM",
@@ -279,24 +292,33 @@ def tiny_model_fingerprint(
 def build_tiny_model_dir(
     config: TinyModelConfig,
     *,
-    train_pairs: Callable[[], Sequence[tuple[str, str]]],
+    train_pairs: Callable[[], Sequence[tuple[str, str]]] | None = None,
     data_fingerprint: str,
     cache_root: Path,
     name: str,
     auxiliary: Callable[[], Sequence[AuxiliaryPairs]] | None = None,
+    tokenizer: PreTrainedTokenizerFast | None = None,
+    train: Callable[[Qwen2ForCausalLM, PreTrainedTokenizerBase], Any] | None = None,
+    ignore_keys: Sequence[str] = (),
 ) -> Path:
     """The cached model directory for `config` and the warm-start data, built first if absent.
 
     `train_pairs` makes the (prompt, answer) pairs and `auxiliary` the sets trained alongside
     them (`warm_start`); both are called only when building. `data_fingerprint` must change
-    whenever either would (it is part of the cache key).
+    whenever either would (it is part of the cache key). `tokenizer`: the vocabulary (default:
+    the built-in character tokenizer). `train`: instead of `warm_start` on `train_pairs`, a
+    function that trains the fresh model and returns its stats (a dataclass), e.g. the task warm
+    start of adarl/models/task_warm_start.py. `ignore_keys`: `config` keys that do not shape this
+    build, left out of the cache key.
 
     Built into a private temporary directory and renamed into place, so a reader never sees a
     half-written model and concurrent builders (several actors, parallel tests) are safe: the
     first rename wins and the others discard their identical copy.
     """
-    tokenizer = build_char_tokenizer()
-    key = tiny_model_fingerprint(config, tokenizer, data_fingerprint)
+    if (train is None) == (train_pairs is None):
+        raise ValueError("build_tiny_model_dir: give exactly one of train_pairs and train")
+    tokenizer = tokenizer or build_char_tokenizer()
+    key = tiny_model_fingerprint(config, tokenizer, data_fingerprint, ignore_keys=ignore_keys)
     models_dir = cache_root / "models"
     final = models_dir / key
     if (final / BUILD_INFO_FILE).is_file():
@@ -308,17 +330,21 @@ def build_tiny_model_dir(
         torch.set_num_threads(config.sft_num_threads)
         try:
             model = build_tiny_qwen2(config, tokenizer)
-            stats = warm_start(
-                model,
-                tokenizer,
-                train_pairs(),
-                auxiliary=auxiliary() if auxiliary is not None else (),
-                steps=config.sft_steps,
-                batch_size=config.sft_batch_size,
-                learning_rate=config.sft_learning_rate,
-                weight_decay=config.sft_weight_decay,
-                seed=config.sft_seed,
-            )
+            if train is not None:
+                stats = train(model, tokenizer)
+            else:
+                assert train_pairs is not None
+                stats = warm_start(
+                    model,
+                    tokenizer,
+                    train_pairs(),
+                    auxiliary=auxiliary() if auxiliary is not None else (),
+                    steps=config.sft_steps,
+                    batch_size=config.sft_batch_size,
+                    learning_rate=config.sft_learning_rate,
+                    weight_decay=config.sft_weight_decay,
+                    seed=config.sft_seed,
+                )
         finally:
             torch.set_num_threads(previous_threads)
         model.save_pretrained(tmp)

@@ -6,6 +6,7 @@
 | `exact_match` | `ExactMatchVerifier` |
 | `math` | `MathVerifier` (math-verify, `\\boxed{...}` answers) |
 | `code` | `CodeVerifier` (candidate programs in the subprocess sandbox) |
+| `reasoning_gym` | `ReasoningGymVerifier` (adarl/tasks/reasoning_gym.py: `score_answer`) |
 
 `register_verifier(name, factory)` adds a task-specific verifier: `factory(config)` receives the
 whole `RewardConfig`.
@@ -50,11 +51,19 @@ def _code(config: RewardConfig) -> Verifier:
     )
 
 
+def _reasoning_gym(config: RewardConfig) -> Verifier:
+    # Imported here: the task module draws entries with reasoning-gym (an optional extra).
+    from adarl.tasks.reasoning_gym import ReasoningGymVerifier
+
+    return ReasoningGymVerifier(pass_threshold=config.reasoning_gym.pass_threshold)
+
+
 _REGISTRY: dict[str, VerifierFactory] = {
     "arithmetic": _exact_match,
     "exact_match": _exact_match,
     "math": _math,
     "code": _code,
+    "reasoning_gym": _reasoning_gym,
 }
 
 

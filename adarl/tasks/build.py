@@ -92,6 +92,16 @@ def _check_generated(
     return examples
 
 
+def _reasoning_gym_splits(
+    config: TaskConfig, verifier: Verifier | None
+) -> tuple[list[TaskExample], list[TaskExample]]:
+    from adarl.tasks.reasoning_gym import ReasoningGymVerifier, reasoning_gym_examples
+
+    # A generator's own answer must pass the run's threshold (else the entry is dropped).
+    threshold = verifier.pass_threshold if isinstance(verifier, ReasoningGymVerifier) else 1.0
+    return reasoning_gym_examples(config.reasoning_gym, pass_threshold=threshold)
+
+
 def held_out_prompt_ids(
     examples: Sequence[TaskExample], *, fraction: float, seed: int, source: str = "task.path"
 ) -> set[str]:
@@ -161,6 +171,14 @@ def build_prompt_source(
             shuffle=config.shuffle,
             name="arithmetic",
         )
+    if config.source == "reasoning_gym":
+        train, _ = _reasoning_gym_splits(config, verifier)
+        return PromptSource(
+            examples=_check_generated(train, check_prompt, "reasoning-gym"),
+            seed=seed_or_default(config.seed),
+            shuffle=config.shuffle,
+            name=f"reasoning_gym/{config.reasoning_gym.name}",
+        )
     loaded, held = _file_split(config, verifier, check_prompt)
     return PromptSource(
         examples=[e for e in loaded.examples if e.prompt_id not in held],
@@ -177,7 +195,8 @@ def build_test_examples(
     verifier: Verifier | None = None,
     check_prompt: PromptCheck | None = None,
 ) -> list[TaskExample]:
-    """The fixed held-out examples: the arithmetic test split, `config.test_path`, or the part of
+    """The fixed held-out examples: the arithmetic test split, reasoning-gym's held-out entries
+    (adarl/tasks/reasoning_gym.py), `config.test_path`, or the part of
     `config.path` that `config.test_fraction` holds out (in file order); an empty list when a
     file task has neither (no held-out set: report none, not an accuracy of 0). `verifier`,
     `check_prompt`: as for `build_prompt_source`."""
@@ -192,6 +211,9 @@ def build_test_examples(
             test_fraction=arithmetic.test_fraction,
         )
         return _check_generated(examples, check_prompt, "arithmetic test")
+    if config.source == "reasoning_gym":
+        _, test = _reasoning_gym_splits(config, verifier)
+        return _check_generated(test, check_prompt, "reasoning-gym test")
     if config.test_path is not None:
         return _load(config, config.test_path, verifier, check_prompt).examples
     if config.test_fraction <= 0:

@@ -132,8 +132,14 @@ def _run_cheap_builders(tmp_path: Path) -> None:
     files.fields.prompt, files.fields.answer = "q", "a"
     build_prompt_source(files)
     build_test_examples(files)
+    gym = TaskConfig(source="reasoning_gym")
+    gym.reasoning_gym.name, gym.reasoning_gym.config = "leg_counting", {"min_animals": 1, "max_animals": 2}
+    gym.reasoning_gym.num_train_prompts, gym.reasoning_gym.num_test_prompts = 8, 4
+    gym.reasoning_gym.difficulty_key = "num_animals"
+    build_prompt_source(gym)
+    build_test_examples(gym)
     reward = RewardConfig()
-    build_reward_pool(reward, ["arithmetic", "math", "code"]).close()
+    build_reward_pool(reward, ["arithmetic", "math", "code", "reasoning_gym"]).close()
     for engine in ("vllm", "hf"):
         engine_class_and_kwargs(RolloutConfig(engine=engine), model_path="unused")
     from adarl.models.loading import load_tokenizer
