@@ -53,8 +53,11 @@ ACTOR_ENV_VARS: dict[str, str] = {
 GCS_TASK_EVENTS_ENV = "RAY_task_events_max_num_task_in_gcs"
 
 
-def ensure_ray(*, address: str | None = None, num_cpus: int | None = None) -> None:
+def ensure_ray(
+    *, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None
+) -> None:
     """Connect to `address` (a running cluster) or start a local one; no-op if connected.
+    `num_cpus`, `num_gpus`: a local cluster's resources (None: what Ray detects).
 
     A local cluster runs without the dashboard (its job API would run any code it is sent), and
     with its host pinned to 127.0.0.1 should a later Ray start it anyway. Its processes carry
@@ -82,6 +85,7 @@ def ensure_ray(*, address: str | None = None, num_cpus: int | None = None) -> No
     ray.init(
         address=address,
         num_cpus=None if joining else num_cpus,
+        num_gpus=None if joining else num_gpus,
         include_dashboard=False,
         dashboard_host="127.0.0.1",
         log_to_driver=True,
@@ -356,7 +360,7 @@ class NodeResources:
 
 @dataclass(frozen=True)
 class ActorPlacement:
-    role: str  # "rollout_engine" | "learner" | "allocator"
+    role: str  # "rollout_engine" | "learner" | "hint_engine" | "allocator" | "hint_generator"
     index: int
     num_cpus: float
     num_gpus: float
@@ -430,13 +434,20 @@ def plan_resources(
     available_cpus: float | None = None,
     available_gpus: float | None = None,
     nodes: Sequence[NodeResources] | None = None,
+    hint_generator: bool = False,
+    cpus_for_hint_generator: float = 0.0,
+    hint_engines: int = 0,
+    cpus_for_hint_engine: float = 0.0,
+    gpus_for_hint_engine: float = 0.0,
 ) -> ResourcePlan:
     """Place every actor on a node, or say which config keys to change. Pure: no Ray.
 
     `nodes`: the cluster's nodes (`cluster_nodes()`); without them, one node with
     `available_cpus` / `available_gpus`. Actors are placed largest first (GPUs, then CPUs), each
     on the node with the most capacity left that fits it, so they spread over the nodes; the
-    allocator (often 0 CPUs) goes last.
+    allocator and the hint generator (often 0 CPUs) go last. `hint_generator`: the hint-generator
+    actor (hints on); `hint_engines`: the hint model's engine actors (`hints.source=model`: 1),
+    placed like the rollout engines.
     """
     if nodes is None:
         if available_cpus is None or available_gpus is None:
@@ -451,30 +462,50 @@ def plan_resources(
             ActorPlacement("learner", i, cpus_per_learner, gpus_per_learner)
             for i in range(learners)
         ),
+        *(
+            ActorPlacement("hint_engine", i, cpus_for_hint_engine, gpus_for_hint_engine)
+            for i in range(hint_engines)
+        ),
         ActorPlacement("allocator", 0, cpus_for_allocator, 0.0),
+        *(
+            (ActorPlacement("hint_generator", 0, cpus_for_hint_generator, 0.0),)
+            if hint_generator
+            else ()
+        ),
     )
     plan = ResourcePlan(actors=actors)
     total_cpus = sum(n.cpus for n in nodes)
     total_gpus = sum(n.gpus for n in nodes)
+    hint_cpus = (
+        f" + hint engine {cpus_for_hint_engine:g} (cluster.cpus_for_hint_engine)"
+        if hint_engines
+        else ""
+    ) + (f" + hint generator {cpus_for_hint_generator:g}" if hint_generator else "")
     if plan.cpus > total_cpus + 1e-9:
         raise ValueError(
             f"the run needs {plan.cpus:g} CPUs ({rollout_engines} rollout engine(s) x "
             f"{cpus_per_engine:g} + {learners} learner(s) x {cpus_per_learner:g} + allocator "
-            f"{cpus_for_allocator:g}) but the cluster has {total_cpus:g}; lower "
+            f"{cpus_for_allocator:g}{hint_cpus}) but the cluster has {total_cpus:g}; lower "
             "cluster.rollout_engines / cluster.learners or cluster.cpus_per_engine / "
             "cluster.cpus_per_learner (fractions such as 0.5 are allowed)"
         )
     if plan.gpus > total_gpus + 1e-9:
+        hint_gpus = (
+            f" + hint engine {gpus_for_hint_engine:g} (cluster.gpus_for_hint_engine)"
+            if hint_engines
+            else ""
+        )
         raise ValueError(
             f"the run needs {plan.gpus:g} GPUs ({rollout_engines} engine(s) x {gpus_per_engine:g} "
-            f"+ {learners} learner(s) x {gpus_per_learner:g}) but the cluster has "
+            f"+ {learners} learner(s) x {gpus_per_learner:g}{hint_gpus}) but the cluster has "
             f"{total_gpus:g}; set cluster.gpus_per_engine / cluster.gpus_per_learner "
             "(0 on a CPU-only machine) or add GPU nodes"
         )
     free = {i: [node.gpus, node.cpus] for i, node in enumerate(nodes)}
     placed: dict[tuple[str, int], ActorPlacement] = {}
+    light = ("allocator", "hint_generator")
     order = sorted(
-        actors, key=lambda a: (a.role == "allocator", -a.num_gpus, -a.num_cpus, a.role, a.index)
+        actors, key=lambda a: (a.role in light, -a.num_gpus, -a.num_cpus, a.role, a.index)
     )
     for actor in order:
         fits = [
@@ -490,8 +521,8 @@ def plan_resources(
                 f"{actor.role} {actor.index} needs {actor.num_cpus:g} CPUs and "
                 f"{actor.num_gpus:g} GPUs on one node, but after placing the larger actors no "
                 f"node has that much left (nodes: {capacity}); use fractional "
-                "cluster.cpus_per_engine / cluster.cpus_per_learner, fewer actors, or larger "
-                "nodes"
+                "cluster.cpus_per_engine / cluster.cpus_per_learner (cluster.cpus_for_hint_engine "
+                "for the hint engine), fewer actors, or larger nodes"
             )
         best = max(fits, key=lambda i: (free[i][0], free[i][1], -i))
         free[best][0] -= actor.num_gpus
@@ -500,6 +531,14 @@ def plan_resources(
             actor, node_id=nodes[best].node_id, node_address=nodes[best].address
         )
     return ResourcePlan(actors=tuple(placed[(a.role, a.index)] for a in actors))
+
+
+def proxy_handle(proxy: Any) -> Any:
+    """The actor handle behind a `blocking_proxy` (for calls the proxy does not make, such as
+    `handle.__ray_call__`)."""
+    if not isinstance(proxy, _BlockingActorProxy):
+        raise TypeError(f"{type(proxy).__name__} is not a blocking_proxy")
+    return proxy._handle
 
 
 class _BlockingActorProxy:

@@ -40,13 +40,14 @@ from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, StepOutcome, merge_metrics
 from adarl.evaluation import EvalResult, Evaluator
+from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
-from adarl.rollout.builders import build_hint_generator
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
+from adarl.rollout.hint_service import build_hints
 from adarl.rollout.pool import build_rollout_pool
 from adarl.run_summary import RunSummary
 from adarl.tasks.build import build_prompt_source, build_test_examples
@@ -161,6 +162,11 @@ class TrainingSession:
                 gpus_per_learner=cluster.gpus_per_learner,
                 cpus_for_allocator=cluster.cpus_for_allocator,
                 nodes=cluster_nodes(),  # actors spread over the nodes, each pinned to its own
+                hint_generator=config.hints.schedule != "off",
+                cpus_for_hint_generator=cluster.cpus_for_hint_generator,
+                hint_engines=int(config.hints.schedule != "off" and config.hints.source == "model"),
+                cpus_for_hint_engine=cluster.cpus_for_hint_engine,
+                gpus_for_hint_engine=cluster.gpus_for_hint_engine,
             )
             log.info("placement: %s", self.plan.describe())
 
@@ -256,19 +262,27 @@ class TrainingSession:
         # A restarted rollout engine gets the learners' current weights before it serves.
         weight_sync, learners = self.weight_sync, self.learners
         self.rollout.set_weight_restorer(lambda endpoint: weight_sync.resync(endpoint, learners))
-        # The hint generator is light (prompts, parsing, leak checks): it runs here. `self` hints
-        # are generated on the policy's rollout engine actors (current weights); `model` hints on
-        # the hint model's own engine, which build_hint_generator builds in this process.
-        self.hint_generator = (
-            None
-            if config.hints.schedule == "off"
-            else build_hint_generator(
+        # The hint generator is an actor of its own (prompts, parsing, leak checks); the driver
+        # runs the generations it asks for: `self` hints on the policy's rollout engines (current
+        # weights), `model` hints on the hint model's engine actor, placed by the plan above.
+        self.hint_generator: HintRunner | None = None
+        if config.hints.schedule != "off":
+            self.hint_generator = build_hints(
                 config.hints,
                 generate=self.rollout.generate,
                 codec=self.codec,
                 rollout=config.rollout,
+                in_process=cluster.in_process,
+                cpus_for_generator=cluster.cpus_for_hint_generator,
+                cpus_for_engine=cluster.cpus_for_hint_engine,
+                gpus_for_engine=cluster.gpus_for_hint_engine,
+                generator_scheduling=None
+                if cluster.in_process
+                else self.plan.scheduling("hint_generator")[0],
+                engine_scheduling=scheduling("hint_engine"),
+                faults=faults,
             )
-        )
+            self._closers.append(self.hint_generator.close)
         self.driver = Driver(
             prompts=self.prompts,
             codec=self.codec,

@@ -35,6 +35,15 @@
     rollout_engines: rollout engine actors; cpus_per_engine / gpus_per_engine their resources.
     learners: data-parallel learner actors; cpus_per_learner / gpus_per_learner their resources.
     cpus_for_allocator: CPUs reserved for the budget-allocator actor (it is light: 0 is fine).
+    cpus_for_hint_generator: CPUs reserved for the hint-generator actor, started when hints are on
+        (`hints.schedule` not "off"). It writes hint-mode prompts and reads what comes back
+        (parsing, leak checks): light, 0 is fine. Its generations run on the rollout engines
+        (`hints.source=self`) or on the hint engine below.
+    cpus_for_hint_engine, gpus_for_hint_engine: resources of the hint model's own engine actor
+        (`hints.source=model`: `hints.model` on an engine built with the `rollout` settings),
+        placed by the same plan as the rollout engines and checked against the cluster with
+        them. A GPU cluster gives it its own GPU (or a fraction: it shares the card's memory),
+        so the hint model never runs on the driver's node. Ignored for other sources.
     allocator_in_driver: run the budget allocator in the driver process instead of as its own
         Ray actor. Every allocator call is then a plain call: no actor round trip (24 calls per
         step of the embedded default at 5.6 ms each, 8.6% of its step time on a loaded 2-core
@@ -112,6 +121,9 @@ class ClusterConfig:
     gpus_per_learner: float = 0.0
     cpus_for_allocator: float = 0.0
     allocator_in_driver: bool = False
+    cpus_for_hint_generator: float = 0.0
+    cpus_for_hint_engine: float = 1.0
+    gpus_for_hint_engine: float = 0.0
 
     def validate(self) -> None:
         for key in ("rollout_engines", "learners"):
@@ -123,6 +135,9 @@ class ClusterConfig:
             "cpus_per_learner",
             "gpus_per_learner",
             "cpus_for_allocator",
+            "cpus_for_hint_generator",
+            "cpus_for_hint_engine",
+            "gpus_for_hint_engine",
         ):
             if getattr(self, key) < 0:
                 raise ValueError(f"cluster.{key}={getattr(self, key)} must be >= 0")

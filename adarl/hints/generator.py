@@ -5,17 +5,20 @@
                                   generation writes 1[..]2[..]3[..]) ─► parse ─► leak check
                                   ─► retries ─► fallback (template | none) ─► Hint
 
-A plain class (the lead wraps it as a Ray actor in adarl/cluster.py). `self` generates through
-the `generate` callable it is given (the rollout pool's synchronous `generate`, so hints come
-from the current weights); `model` through its own engine (`build_hint_generator`, in
-adarl/rollout/builders.py: it builds that engine).
+A plain class. In a run on Ray it is an actor of its own (adarl/rollout/hint_service.py places
+it), answering in turns: a call (`begin_hints`, `begin_write_ahead`) returns the hint-mode
+generations it needs as a `HintTurn`, the caller runs them and hands the results to `resume`,
+until a turn holds the answer. The caller is `HintRunner`, in the driver, which runs them on
+the rollout pool (`self`: hints from the current weights, engine restarts handled like any
+other call) or on the hint model's own engine pool (`model`). `hints()` and `write_ahead()` do
+the same in one call with the `generate` the generator was given (in-process runs, tests).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,13 +32,15 @@ from adarl.hints.format import (
     render_hint,
 )
 from adarl.hints.template import hint_mode_solution, template_levels, template_unusable_reason
-from adarl.hints.types import Hint, HintRequest
+from adarl.hints.types import Hint, HintRequest, HintTurn
 from adarl.types import GenerationRequest, GenerationResult, SamplingParams, TaskExample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 GenerateFn = Callable[[list[GenerationRequest]], list[GenerationResult]]
+# A hint call in progress: yields the generations it needs, is sent their results, returns its turn.
+_Call = Generator[list[GenerationRequest], list[GenerationResult], HintTurn]
 
 
 class HintCodec(Protocol):
@@ -101,19 +106,21 @@ class HintGenerator:
         show_template: str = DEFAULT_SHOW_TEMPLATE,
         seed: int = 0,
     ) -> None:
-        """`source`: "template", "self" or "model"; the last two need `generate` (an engine's
-        or the rollout pool's synchronous generate), `codec` (tokenises hint-mode prompts for
-        that engine) and `sampling` (hint-mode sampling: temperature, max tokens)."""
+        """`source`: "template", "self" or "model"; the last two need `codec` (tokenises
+        hint-mode prompts for their engine) and `sampling` (hint-mode sampling: temperature, max
+        tokens), and `generate` (an engine's or the rollout pool's synchronous generate) unless
+        the caller runs each turn's generations itself (`HintRunner`)."""
         if source not in ("template", "self", "model"):
             raise ValueError(f"hint source {source!r} is not 'template', 'self' or 'model'")
         if fallback not in ("template", "none"):
             raise ValueError(f"hint fallback {fallback!r} is not 'template' or 'none'")
         if retries < 0:
             raise ValueError(f"hint retries must be >= 0, got {retries}")
-        if source != "template" and (generate is None or codec is None or sampling is None):
+        if source != "template" and (codec is None or sampling is None):
             raise ValueError(
-                f"hint source {source!r} writes hints with a model: pass generate= (the rollout "
-                "pool's or the hint engine's generate), codec= and sampling="
+                f"hint source {source!r} writes hints with a model: pass codec= and sampling= "
+                "(and generate=, the rollout pool's or the hint engine's generate, or run its "
+                "turns with HintRunner)"
             )
         self._source = source
         self._fallback = fallback
@@ -129,6 +136,7 @@ class HintGenerator:
         self._written_ahead: set[str] = set()  # prompt ids whose payload `write_ahead` wrote
         self._calls = 0
         self._counters = _Counters()
+        self._call: _Call | None = None  # the call waiting for its generations, if any
 
     @property
     def source(self) -> str:
@@ -139,9 +147,66 @@ class HintGenerator:
     def hints(self, requests: Sequence[HintRequest]) -> list[Hint]:
         """One `Hint` per request, in order. Model sources write every prompt's three levels in
         one batched generation (plus retries) and reuse them for later requests of the step."""
+        return list(run_hint_call(self, self._generate, self.begin_hints(requests)).hints)
+
+    def write_ahead(self, step: int, examples: Sequence[TaskExample]) -> dict[str, float]:
+        """Write the hint-mode levels of `examples` for the coming step `step` now (before any
+        of them is asked for: `hints.write_ahead`), with the weights the engine holds now, every
+        attempt in one round (the engines are otherwise idle); a request of that step then
+        reuses them as it reuses an earlier request's. Returns what this cost
+        (`sampling/hints_ahead_*`, `perf/hint_ahead_tokens`); `metrics()` does not count it.
+        Template hints cost nothing to write: refused."""
+        turn = run_hint_call(self, self._generate, self.begin_write_ahead(step, examples))
+        return dict(turn.written_ahead or {})
+
+    # -- the same calls in turns (the generator in its own process) -------------------------
+
+    def begin_hints(self, requests: Sequence[HintRequest]) -> HintTurn:
+        """Start `hints(requests)`: its first turn (`HintTurn`; see `resume`)."""
+        return self._begin(self._hints_call(list(requests)))
+
+    def begin_write_ahead(self, step: int, examples: Sequence[TaskExample]) -> HintTurn:
+        """Start `write_ahead(step, examples)`: its first turn (`HintTurn`; see `resume`)."""
+        if self._source == "template":
+            raise ValueError("write_ahead: template hints are derived when asked; nothing to write")
+        return self._begin(self._write_ahead_call(step, list(examples)))
+
+    def resume(self, results: Sequence[GenerationResult]) -> HintTurn:
+        """Continue the call in progress with the results of the last turn's generations, in
+        their order; returns the next turn."""
+        if self._call is None:
+            raise RuntimeError(
+                "HintGenerator.resume: no hint call is waiting for generations; begin one first"
+            )
+        return self._advance(list(results))
+
+    def _begin(self, call: _Call) -> HintTurn:
+        if self._call is not None:
+            call.close()
+            raise RuntimeError(
+                "HintGenerator: a hint call is still waiting for its generations; resume it "
+                "before beginning another"
+            )
+        self._call = call
+        return self._advance(None)
+
+    def _advance(self, results: list[GenerationResult] | None) -> HintTurn:
+        call = self._call
+        assert call is not None
+        try:
+            generations = call.send(results)  # type: ignore[arg-type]  # None starts it
+        except StopIteration as finished:
+            self._call = None
+            return finished.value  # type: ignore[no-any-return]
+        except BaseException:
+            self._call = None
+            raise
+        return HintTurn(generations=tuple(generations))
+
+    def _hints_call(self, requests: list[HintRequest]) -> _Call:
         start = time.perf_counter()
         if self._source != "template":
-            self._write_payloads(requests)
+            yield from self._write_payloads(requests)
         answers = [self._answer(request) for request in requests]
         counters = self._counters
         counters.requested += len(requests)
@@ -151,22 +216,15 @@ class HintGenerator:
                 counters.unavailable += 1
             else:
                 counters.given[hint.level] += 1
+        # The call's span in this process, its generations included (run by the caller).
         counters.seconds += time.perf_counter() - start
-        return answers
+        return HintTurn(hints=tuple(answers))
 
-    def write_ahead(self, step: int, examples: Sequence[TaskExample]) -> dict[str, float]:
-        """Write the hint-mode levels of `examples` for the coming step `step` now (before any
-        of them is asked for: `hints.write_ahead`), with the weights the engine holds now, every
-        attempt in one round (the engines are otherwise idle); a request of that step then
-        reuses them as it reuses an earlier request's. Returns what this cost
-        (`sampling/hints_ahead_*`, `perf/hint_ahead_tokens`); `metrics()` does not count it.
-        Template hints cost nothing to write: refused."""
-        if self._source == "template":
-            raise ValueError("write_ahead: template hints are derived when asked; nothing to write")
+    def _write_ahead_call(self, step: int, examples: list[TaskExample]) -> _Call:
         outer, self._counters = self._counters, _Counters()
         try:
             # The engines are otherwise idle now: every attempt in one round, not one by one.
-            self._write_payloads(
+            yield from self._write_payloads(
                 [
                     HintRequest(prompt_id=e.prompt_id, example=e, level=1, step=step)
                     for e in examples
@@ -178,12 +236,14 @@ class HintGenerator:
             c = self._counters
         finally:
             self._counters = outer
-        return {
-            "sampling/hints_ahead_prompts": float(len(written)),
-            "sampling/hints_ahead_generations": float(c.generations),
-            "sampling/hints_ahead_parse_failures": float(c.parse_failures),
-            "perf/hint_ahead_tokens": float(c.tokens),
-        }
+        return HintTurn(
+            written_ahead={
+                "sampling/hints_ahead_prompts": float(len(written)),
+                "sampling/hints_ahead_generations": float(c.generations),
+                "sampling/hints_ahead_parse_failures": float(c.parse_failures),
+                "perf/hint_ahead_tokens": float(c.tokens),
+            }
+        )
 
     def metrics(self) -> dict[str, float]:
         """Counts since the previous call (`sampling/hint_*`), hint-mode tokens generated
@@ -237,7 +297,7 @@ class HintGenerator:
 
     def _write_payloads(
         self, requests: Sequence[HintRequest], *, attempts_at_once: bool = False
-    ) -> None:
+    ) -> Generator[list[GenerationRequest], list[GenerationResult], None]:
         """Make sure every requested prompt has this step's payload (generating what is new).
 
         Attempts are generated one round at a time, each for the prompts still missing a level;
@@ -265,7 +325,9 @@ class HintGenerator:
             if not todo:
                 break
             items = [(p, attempt) for p in todo for attempt in attempts]
-            texts = self._run_hint_mode([(examples[p], attempt) for p, attempt in items], step=step)
+            texts = yield from self._run_hint_mode(
+                [(examples[p], attempt) for p, attempt in items], step=step
+            )
             for (prompt_id, _), text in zip(items, texts, strict=True):
                 payload = pending[prompt_id]
                 if len(payload.levels) < len(LEVELS):  # attempts after a complete one are unread
@@ -291,10 +353,11 @@ class HintGenerator:
                 continue
             payload.levels.setdefault(level, content)
 
-    def _run_hint_mode(self, items: list[tuple[TaskExample, int]], *, step: int) -> list[str]:
+    def _run_hint_mode(
+        self, items: list[tuple[TaskExample, int]], *, step: int
+    ) -> Generator[list[GenerationRequest], list[GenerationResult], list[str]]:
         """One batched hint-mode generation: (example, attempt) -> its text, in order."""
-        assert self._generate is not None and self._codec is not None
-        assert self._sampling is not None
+        assert self._codec is not None and self._sampling is not None
         self._calls += 1
         requests = [
             GenerationRequest(
@@ -310,7 +373,12 @@ class HintGenerator:
             )
             for index, (example, attempt) in enumerate(items)
         ]
-        results = self._generate(requests)
+        results = yield requests
+        if len(results) != len(requests):
+            raise ValueError(
+                f"HintGenerator.resume got {len(results)} results for {len(requests)} hint-mode "
+                "generations; pass every result of the turn, in its order"
+            )
         texts = []
         for result in results:
             completion = result.completions[0]
@@ -321,3 +389,76 @@ class HintGenerator:
                 or self._codec.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
             )
         return texts
+
+
+class _TurnTaker(Protocol):
+    def resume(self, results: Sequence[GenerationResult]) -> HintTurn: ...
+
+
+def run_hint_call(generator: _TurnTaker, generate: GenerateFn | None, turn: HintTurn) -> HintTurn:
+    """Run a hint call's turns to its answer: each turn's generations on `generate`, their
+    results back to `generator.resume` (the generator here or its actor's proxy)."""
+    while not turn.done:
+        if generate is None:
+            raise ValueError(
+                "this hint call needs hint-mode generations but no generate= was given: pass "
+                "the rollout pool's (source=self) or the hint engine's (source=model) generate"
+            )
+        turn = generator.resume(generate(list(turn.generations)))
+    return turn
+
+
+class _Engines(Protocol):
+    def shutdown(self) -> None: ...
+
+
+class HintRunner:
+    """The driver's `HintGenerator`: the same calls (`hints`, `write_ahead`, `metrics`) on a
+    generator that lives in this process or in its own actor (reached through a blocking proxy),
+    with each turn's generations run here on `generate`: the rollout pool's (`source=self`) or
+    the hint model's engine pool's (`source=model`)."""
+
+    def __init__(
+        self,
+        *,
+        generator: HintGenerator,
+        generate: GenerateFn | None,
+        source: str,
+        engines: _Engines | None = None,
+    ) -> None:
+        """`generator`: the object or its proxy. `engines`: the hint model's own engine pool
+        (`source=model`), which `close` shuts down."""
+        self._generator = generator
+        self._generate = generate
+        self._source = source
+        self._engines = engines
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def generator(self) -> HintGenerator:
+        """The generator: the object itself in-process, its actor's blocking proxy on Ray."""
+        return self._generator
+
+    @property
+    def engines(self) -> _Engines | None:
+        """The hint model's engine pool (`source=model`), else None."""
+        return self._engines
+
+    def hints(self, requests: Sequence[HintRequest]) -> list[Hint]:
+        turn = self._generator.begin_hints(list(requests))
+        return list(run_hint_call(self._generator, self._generate, turn).hints)
+
+    def write_ahead(self, step: int, examples: Sequence[TaskExample]) -> dict[str, float]:
+        turn = self._generator.begin_write_ahead(step, list(examples))
+        return dict(run_hint_call(self._generator, self._generate, turn).written_ahead or {})
+
+    def metrics(self) -> dict[str, float]:
+        return self._generator.metrics()
+
+    def close(self) -> None:
+        engines, self._engines = self._engines, None
+        if engines is not None:
+            engines.shutdown()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from adarl.types import TaskExample
+from adarl.types import GenerationRequest, TaskExample
 
 HintSource = Literal["template", "self", "model", "none"]
 
@@ -51,3 +52,22 @@ class Hint:
     text: str | None
     source: HintSource
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class HintTurn:
+    """One turn of a hint call (`HintGenerator.begin_hints`, `begin_write_ahead`, `resume`):
+    the generations the generator needs next, or, once there are none, the call's answer.
+
+    The generator writes hint-mode prompts and reads what comes back; whoever holds the engines
+    (the driver, through `HintRunner`) runs `generations` and hands their results to `resume`.
+    So the generator can live in its own process (a Ray actor) while `self` hints are still
+    written on the policy's engines through the rollout pool."""
+
+    generations: tuple[GenerationRequest, ...] = ()
+    hints: tuple[Hint, ...] = ()  # begin_hints' answer, one per request, in order
+    written_ahead: Mapping[str, float] | None = None  # begin_write_ahead's answer: its metrics
+
+    @property
+    def done(self) -> bool:
+        return not self.generations

@@ -1,7 +1,9 @@
 """`build_engine`: translate a `RolloutConfig` into an engine (`build_rollout_pool`: pool.py).
 
-`build_hint_generator` is here too, not in adarl/hints: its `model` source builds an engine, and
-the engines load the tiny model whose warm start teaches the hint formats (rollout → hints only).
+`build_hint_generator` (and the helpers `build_hints` places a run's generator with:
+adarl/rollout/hint_service.py) is here too, not in adarl/hints: its `model` source builds an
+engine, and the engines load the tiny model whose warm start teaches the hint formats (rollout →
+hints only).
 """
 
 from __future__ import annotations
@@ -84,58 +86,65 @@ def build_hint_generator(
     codec: HintCodec,
     rollout: RolloutConfig | None = None,
 ) -> HintGenerator:
-    """The generator `config` describes.
+    """The generator `config` describes, in this process with its generations run on
+    `generate` (a run places it with `adarl.rollout.hint_service.build_hints` instead).
 
     `generate`: the rollout pool's synchronous `generate` (used by `source=self`); `codec`: the
     policy's prompt codec (its tokenizer and stop tokens). `source=model` builds the hint
     model's own engine from `rollout` (the run's rollout settings) with `build_engine`, and its
     own codec from the hint model's tokenizer."""
     config.validate()
-    seed = seed_or_default(config.seed)
-    common = {
-        "source": config.source,
-        "fallback": config.fallback,
-        "retries": config.retries,
-        "prompt_template": config.prompt_template,
-        "show_template": config.show_template,
-        "seed": seed,
-    }
     if config.source == "template":
-        return HintGenerator(**common)
+        return HintGenerator(**hint_generator_kwargs(config, None))
     if config.source == "self":
         if generate is None:
             raise ValueError(
                 "hints.source=self writes hints with the policy: pass generate= (the rollout "
                 "pool's synchronous generate)"
             )
-        return HintGenerator(
-            **common,
-            generate=generate,
-            codec=codec,
-            sampling=_sampling(config, codec),
-        )
+        return HintGenerator(**hint_generator_kwargs(config, codec), generate=generate)
     if rollout is None:
         raise ValueError(
             "hints.source=model builds the hint model's engine from the rollout settings: "
             "pass rollout= (the run's RolloutConfig)"
         )
-    from adarl.models.loading import load_tokenizer, resolve_model_path
-    from adarl.rollout.codec import PromptCodec
+    from adarl.models.loading import resolve_model_path
 
     assert config.model is not None  # validated
     model_path = resolve_model_path(config.model)
     engine = build_engine(rollout, model_path=model_path)
+    return HintGenerator(
+        **hint_generator_kwargs(config, hint_model_codec(model_path)), generate=engine.generate
+    )
+
+
+def hint_generator_kwargs(config: HintsConfig, codec: HintCodec | None) -> dict[str, Any]:
+    """`HintGenerator`'s keyword arguments but `generate`: `codec` tokenises hint-mode prompts
+    for the engine that writes them (None for template hints)."""
+    kwargs: dict[str, Any] = {
+        "source": config.source,
+        "fallback": config.fallback,
+        "retries": config.retries,
+        "prompt_template": config.prompt_template,
+        "show_template": config.show_template,
+        "seed": seed_or_default(config.seed),
+    }
+    if config.source != "template":
+        assert codec is not None, f"hints.source={config.source} needs the engine's codec"
+        kwargs.update(codec=codec, sampling=_sampling(config, codec))
+    return kwargs
+
+
+def hint_model_codec(model_path: str) -> HintCodec:
+    """The hint model's own codec: its tokenizer, stopping at its end-of-sequence token."""
+    from adarl.models.loading import load_tokenizer
+    from adarl.rollout.codec import PromptCodec
+
     tokenizer = load_tokenizer(model_path)
     eos = tokenizer.eos_token_id
-    hint_codec = PromptCodec(
+    return PromptCodec(
         tokenizer=tokenizer,
         sampling=SamplingParams(stop_token_ids=() if eos is None else (int(eos),)),
-    )
-    return HintGenerator(
-        **common,
-        generate=engine.generate,
-        codec=hint_codec,
-        sampling=_sampling(config, hint_codec),
     )
 
 
