@@ -43,7 +43,7 @@ from adarl.evaluation import EvalResult, Evaluator
 from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
-from adarl.models.loading import load_tokenizer, model_max_positions, resolve_model_config
+from adarl.models.loading import model_max_positions, policy_tokenizer, resolve_model_config
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
@@ -117,11 +117,10 @@ class TrainingSession:
         # The run's own verifier vets the task's answers at load time (an answer it cannot read is
         # a bad row, never a silent p = 0 prompt), and the codec each prompt as the model will see
         # it (its length in the context, the answer instruction). Built-ins' tokenizers need no
-        # model build.
+        # model build; the tiny model's comes from the task's training split, and a task whose
+        # prompts or answers do not fit its lengths is refused here.
         verifier = build_verifier(config.task.verifier_name, config.reward)
-        self.codec = build_prompt_codec(
-            config.task, config.rollout, load_tokenizer(config.model.name_or_path)
-        )
+        self.codec = build_prompt_codec(config.task, config.rollout, policy_tokenizer(config))
         check_prompt = build_prompt_check(
             config.task,
             config.rollout,
@@ -173,8 +172,9 @@ class TrainingSession:
         def scheduling(role: str) -> list[Any] | None:
             return None if cluster.in_process else self.plan.scheduling(role)
 
-        # The policy: built and cached once for built-ins; any HF directory otherwise.
-        model_path = resolve_model_config(config.model)
+        # The policy: built and cached once for built-ins (the tiny model warm-started on this
+        # task); any HF directory otherwise.
+        model_path = resolve_model_config(config.model, task=config.task)
 
         test_examples = build_test_examples(
             config.task, verifier=verifier, check_prompt=check_prompt
