@@ -2,13 +2,17 @@
 
 Modules, in the order a training step uses them:
 
-* `objectives`  f(p) and w = f' (linear, log, arcsin, power α), p̂ clipping and Beta smoothing
+* `objectives`  f(p) and w = f' (linear, log, arcsin, power α, pass@k), p̂ clipping and Beta
+                smoothing
 * `gate`        u_G(p), advantage energy, exact stopping-time laws and expected samples
 * `allocation`  samples per prompt: uniform, variance-optimal, Ada-Est, √odds, GVM; exact budgets
 * `stopping`    Seq-Pos / Seq-Balance decisions on counts, with caps
 * `selection`   balanced downsampling, unresolved policies, correction modes
-* `advantages`  uniform-group advantages: GRPO, Dr. GRPO, RLOO, RAFT, REINFORCE, Ada-Est
+* `advantages`  uniform-group advantages: GRPO, Dr. GRPO, RLOO, RAFT, REINFORCE, Ada-Est, Pass@k
+                Training, PKPO, F-GRPO's factor
 * `implied`     the weight w(p) any configuration optimises in expectation
+* `curation`    history as a Beta posterior, values of n samples (declared, Knapsack-RL, HORA's
+                hit utility), the knapsack split, GRESO's skip
 
 `docs/algorithms.md` maps every equation to its function.
 """
@@ -18,7 +22,10 @@ from adarl.algo.advantages import (
     UNIFORM_ESTIMATORS,
     ada_est_advantages,
     dr_grpo_advantages,
+    focal_scale,
     grpo_advantages,
+    passk_training_advantages,
+    pkpo_advantages,
     raft_advantages,
     reinforce_baseline_advantages,
     rloo_advantages,
@@ -50,7 +57,9 @@ from adarl.algo.implied import (
     PASS_RATE_ESTIMATES,
     balanced_none_objective,
     balanced_none_weight,
+    focal_grpo_weight,
     implied_weight,
+    passk_training_weight,
 )
 from adarl.algo.objectives import (
     OBJECTIVE_NAMES,
@@ -61,6 +70,7 @@ from adarl.algo.objectives import (
     get_objective,
     objective_value,
     objective_weight,
+    pass_at_k_objective,
     power_objective,
     selection_weight,
 )
@@ -110,6 +120,8 @@ __all__ = [
     "equal_prompt_weight_scale",
     "expected_samples_seq_balance",
     "expected_samples_seq_pos",
+    "focal_grpo_weight",
+    "focal_scale",
     "get_objective",
     "grpo_advantages",
     "gvm_allocation",
@@ -120,6 +132,10 @@ __all__ = [
     "mixed_group_probability",
     "objective_value",
     "objective_weight",
+    "pass_at_k_objective",
+    "passk_training_advantages",
+    "passk_training_weight",
+    "pkpo_advantages",
     "positive_mask",
     "power_objective",
     "raft_advantages",
