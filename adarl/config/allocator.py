@@ -7,8 +7,8 @@
         with mixed outcomes, refill prompts until `prompts_per_step` groups), "ada_est"
         (Reinforce-Ada-Est: n_i ∝ 1/√(p̂_i + ε) from an EMA), "gvm" (GVM: pre-sample, then
         allocate by pass rate and gradient norm), "knapsack" (split `rollouts_per_step` across
-        `curation.candidates_per_step` candidates by each one's history: Knapsack-RL's value, or
-        the declared objective's; adarl/allocator/samplers/knapsack.py).
+        `curation.candidates_per_step` candidates by each one's history: Knapsack-RL's value, the
+        declared objective's, or HORA's hit utility; adarl/allocator/samplers/knapsack.py).
     prompts_per_step: prompts the driver draws per step; the dynamic filter's target number of
         trained groups.
     samples_per_prompt: responses per prompt for "uniform" and "dynamic_filter"; the mean
