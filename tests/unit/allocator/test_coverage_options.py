@@ -254,3 +254,33 @@ def test_hora_split_is_the_best_allocation_by_brute_force() -> None:
 def test_hora_builds_from_its_experiment_shape() -> None:
     allocator = build_allocator(_hora())
     assert allocator.sampler.name == "hora"
+
+
+def test_pass_at_k_reaches_every_reader_of_the_objective() -> None:
+    """Ada-Est's variance-optimal rule and the declared knapsack value take k from the config."""
+    from adarl.config.allocator import EstimationConfig
+
+    ada = build_allocator(
+        AllocatorConfig(
+            sampler="ada_est",
+            group=GroupConfig(advantage="ada_est", objective="pass_at_k", objective_k=3),
+            estimation=EstimationConfig(ada_est_rule="variance_optimal"),
+        )
+    )
+    assert (ada.sampler.objective, ada.sampler.objective_k) == ("pass_at_k", 3)  # type: ignore[attr-defined]
+    knapsack = build_allocator(
+        AllocatorConfig(
+            sampler="knapsack",
+            samples_per_prompt=8,
+            group=GroupConfig(group_size=None, advantage="pkpo", objective_k=4),
+            curation=CurationConfig(min_samples_per_prompt=4),
+        )
+    )
+    assert (knapsack.sampler.objective, knapsack.sampler.objective_k) == ("pass_at_k", 4)  # type: ignore[attr-defined]
+    seq = build_allocator(
+        AllocatorConfig(
+            sampler="seq_balance",
+            group=GroupConfig(correction="selection", objective="pass_at_k", objective_k=5),
+        )
+    )
+    assert seq.group_builder.objective_k == 5
