@@ -19,7 +19,9 @@ tried and their outcomes).
     rollout_wait_timeout_s: the longest the driver waits for the next rollout result (the
         streaming `drain_completed`, an evaluation's `generate`), including the start of a
         restarted engine. Raise it for slow engines or very long generations.
-    allocator_call_timeout_s: the longest one call of the budget-allocator actor may take.
+    allocator_call_timeout_s: the longest one call of the budget-allocator actor, or of the
+        hint-generator actor (its calls are as light: the generations it asks for run on the
+        engines, under `rollout_wait_timeout_s`), may take.
     learner_call_timeout_s: the longest one learner-group call may take on every rank (a training
         step, a checkpoint save or load, a weight gather).
     weight_sync_timeout_s: the longest one weight push may take until every engine has loaded
