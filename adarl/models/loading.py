@@ -151,13 +151,19 @@ def is_builtin_task(task: TaskConfig | None) -> bool:
 
 
 def _task_key(task: TaskConfig) -> str:
-    """The task's settings, and the size and time of each file it reads (a file rewritten in
-    place is new data)."""
+    """The task's settings and a hash of what each of its files holds (a file rewritten in
+    place is new data; a `datasets` directory by its files' names, sizes and times)."""
     files = []
     for path in (task.path, task.test_path):
-        if path and os.path.exists(path):
-            stat = os.stat(path)
-            files.append((path, stat.st_size, stat.st_mtime_ns))
+        if path and os.path.isfile(path):
+            files.append((path, hashlib.sha256(Path(path).read_bytes()).hexdigest()))
+        elif path and os.path.isdir(path):
+            listing = sorted(
+                (str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                for p in Path(path).rglob("*")
+                if p.is_file()
+            )
+            files.append((path, hashlib.sha256(repr(listing).encode()).hexdigest()))
     return json.dumps([dataclasses.asdict(task), files], sort_keys=True, default=str)
 
 

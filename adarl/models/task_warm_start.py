@@ -54,6 +54,8 @@ class TaskWarmStartData:
     probe: tuple[Pair, ...]  # held-aside training prompts for the stopping rule
     characters: str  # the vocabulary's characters
     fingerprint: str  # hash of all of the above
+    pair_ids: tuple[str, ...] = ()  # the prompt id of each pair
+    probe_ids: tuple[str, ...] = ()  # the prompt id of each probe prompt
 
     @property
     def longest_pair_tokens(self) -> int:
@@ -88,10 +90,12 @@ def task_warm_start_data(
     size = min(probe_prompts, len(train_examples) // 2)
     order = sorted(train_examples, key=lambda e: hashlib.sha256(e.prompt_id.encode()).hexdigest())
     probe_ids = {e.prompt_id for e in order[:size]}
-    pairs, probe = [], []
+    pairs, probe, pair_ids, probe_order = [], [], [], []
     for example in train_examples:
         pair = (example.prompt + instruction_suffix, response_of(example, worked=worked))
-        (probe if example.prompt_id in probe_ids else pairs).append(pair)
+        held = example.prompt_id in probe_ids
+        (probe if held else pairs).append(pair)
+        (probe_order if held else pair_ids).append(example.prompt_id)
     texts = [instruction_suffix]
     for example in train_examples:
         texts += [example.prompt, example.answer, example.reference_solution or ""]
@@ -107,6 +111,8 @@ def task_warm_start_data(
         probe=tuple(probe),
         characters=characters,
         fingerprint="task:" + digest.hexdigest()[:16],
+        pair_ids=tuple(pair_ids),
+        probe_ids=tuple(probe_order),
     )
 
 
