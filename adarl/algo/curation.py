@@ -56,7 +56,12 @@ from adarl.algo.objectives import check_objective_k
 
 # h(p) = c·p^x·(1-p)^y for each objective: (x, y) (alpha enters power's x and c, k pass@k's y and
 # c).
-_SELECTION_EXPONENTS = {"linear": (1.0, 1.0), "log": (0.0, 1.0), "arcsin": (0.5, 0.5)}
+_SELECTION_EXPONENTS = {
+    "linear": (1.0, 1.0),
+    "log": (0.0, 1.0),
+    "arcsin": (0.5, 0.5),
+    "logit": (0.0, 0.0),
+}
 GRESO_MIN_ROLLOUT_PROBABILITY = 0.01  # GRESO: a prompt is never skipped with probability > 0.99
 
 
@@ -124,7 +129,7 @@ def declared_value(
         (x, y), scale = _SELECTION_EXPONENTS[objective], 1.0
     else:
         raise ValueError(
-            f"unknown objective {objective!r}; use linear, log, arcsin, power or pass_at_k"
+            f"unknown objective {objective!r}; use linear, log, arcsin, logit, power or pass_at_k"
         )
     a = np.asarray(a, np.float64)[:, None]
     b = np.asarray(b, np.float64)[:, None]

@@ -384,6 +384,16 @@ def log_gate(p: np.ndarray | float, *, max_samples: int) -> np.ndarray:
     return 1.0 - (1.0 - p) ** (max_samples - 1)
 
 
+def logit_gate(p: np.ndarray | float, *, max_samples: int) -> np.ndarray:
+    """1 - p^cap - (1-p)^cap: the gate of the logit objective under Seq-Balance with the selection
+    correction, unresolved pools kept (any draw rule, any pass-rate estimate). Its correction
+    coefficient h = w·p(1-p) is 1, so a pool with both labels gives E[ĝ] = g⁺ - g⁻ = ∇p/(p(1-p))
+    whatever the split (docs/algorithms.md §Coverage); Seq-Balance only stops with both labels,
+    or at the cap, where a pool is one-label with probability p^cap + (1-p)^cap."""
+    p = np.asarray(p, dtype=np.float64)
+    return 1.0 - p**max_samples - (1.0 - p) ** max_samples
+
+
 def implied_weight(
     p: np.ndarray | float,  # [...] true pass rates in (0, 1)
     *,

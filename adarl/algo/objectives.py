@@ -11,6 +11,8 @@ objective", `shared/MATH.md` §Objectives):
     power α    p^α             α·p^(α-1)
     pass_at_k  1 - (1-p)^k     k·(1-p)^(k-1)       (pass@k of k samples; `shared/MATH.md`
                                                     §Coverage, arXiv 2511.16231)
+    logit      log(p/(1-p))    1/(p(1-p))          (log p for coverage + -log(1-p) for accuracy;
+                                                    docs/algorithms.md §Coverage)
 
 `Objective.f` and `Objective.w` accept numpy arrays *or* torch tensors (so tests can
 differentiate J_f through a softmax policy with autograd); numpy inputs come back as float64.
@@ -90,10 +92,21 @@ def _arcsin_w(p: ArrayLike) -> ArrayLike:
     return 1.0 / _sqrt(p * (1.0 - p))
 
 
+def _logit_f(p: ArrayLike) -> ArrayLike:
+    p = _as_array(p)
+    return _log(p) - _log(1.0 - p)
+
+
+def _logit_w(p: ArrayLike) -> ArrayLike:
+    p = _as_array(p)
+    return 1.0 / (p * (1.0 - p))
+
+
 OBJECTIVES: dict[str, Objective] = {
     "linear": Objective("linear", _linear_f, _linear_w),
     "log": Objective("log", _log_f, _log_w),
     "arcsin": Objective("arcsin", _arcsin_f, _arcsin_w),
+    "logit": Objective("logit", _logit_f, _logit_w),
 }
 """The parameter-free objectives by name; `power` is built by `power_objective(alpha)`,
 `pass_at_k` by `pass_at_k_objective(k)`."""
@@ -174,10 +187,11 @@ def selection_weight(
     """h(p) = w(p)·p·(1-p), the coefficient of the selection correction (MATH.md §Selection).
 
     Closed forms, finite on all of [0, 1] so no clipping is needed: linear p(1-p), log 1-p,
-    arcsin √(p(1-p)), power α·p^α·(1-p), pass_at_k k·p·(1-p)^k. For log, h is linear in p, so an
-    unbiased p̂ gives an unbiased h(p̂) (see `adarl.algo.gate.rao_blackwell_pass_rate`); pass@k's
-    h is a polynomial of degree k + 1, so an unbiased p̂ leaves a bias of order Var(p̂)·h''(p)
-    (reported exactly by `adarl.algo.implied.implied_weight`).  p: [...] -> [...] float64.
+    arcsin √(p(1-p)), power α·p^α·(1-p), pass_at_k k·p·(1-p)^k, logit 1. For log, h is linear in
+    p, so an unbiased p̂ gives an unbiased h(p̂) (see `adarl.algo.gate.rao_blackwell_pass_rate`);
+    pass@k's h is a polynomial of degree k + 1, so an unbiased p̂ leaves a bias of order
+    Var(p̂)·h''(p) (reported exactly by `adarl.algo.implied.implied_weight`); logit's h is
+    constant, so its correction needs no pass-rate estimate at all.  p: [...] -> [...] float64.
     """
     p = np.asarray(p, dtype=np.float64)
     if np.any(p < 0) or np.any(p > 1):
@@ -194,6 +208,8 @@ def selection_weight(
     if objective == "pass_at_k":
         k = check_objective_k(objective_k)
         return k * p * (1.0 - p) ** k
+    if objective == "logit":
+        return np.ones_like(p)
     get_objective(objective)  # raises the standard unknown-name error
     raise AssertionError("unreachable")
 

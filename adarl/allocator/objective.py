@@ -21,6 +21,7 @@ from adarl.algo.implied import (
     focal_grpo_weight,
     implied_weight,
     log_gate,
+    logit_gate,
     passk_training_weight,
 )
 from adarl.algo.objectives import get_objective
@@ -30,6 +31,7 @@ PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 _WEIGHT_TEXT = {
     "linear": "p (weight 1)",
     "log": "log p (weight 1/p)",
+    "logit": "logit p = log p - log(1 - p) (weight 1/(p(1 - p)))",
     "arcsin": "2·arcsin √p (weight 1/√(p(1-p)))",
 }
 _UNIFORM_TEXT = {
@@ -162,15 +164,22 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
             )
             gate = weights / np.asarray(declared.w(p))
             name = _objective_text(group)
-            closed = log_gate(p, max_samples=cap)
+            if group.objective == "logit" and config.sampler == "seq_balance":
+                closed = logit_gate(p, max_samples=cap)
+                closed_text = f"1 - p^{cap} - (1 - p)^{cap}"
+            else:
+                closed = log_gate(p, max_samples=cap)
+                closed_text = f"1 - (1 - p)^{cap - 1}"
             exact = bool(
-                group.objective == "log"
-                and group.pass_rate_estimate == "unbiased"
+                (
+                    (group.objective == "log" and group.pass_rate_estimate == "unbiased")
+                    or (group.objective == "logit" and config.sampler == "seq_balance")
+                )
                 and group.unresolved_policy == "keep_available"
                 and np.allclose(gate, closed, rtol=1e-9)
             )
             if exact:
-                statement = f"{name}, gated by 1 - (1 - p)^{cap - 1} at cap {cap}"
+                statement = f"{name}, gated by {closed_text} at cap {cap}"
             else:
                 statement = (
                     f"{name}, times a gate from the cap ({cap}) and the "

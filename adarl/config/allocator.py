@@ -133,6 +133,7 @@ stats.py)
     correction: for "pool": "none" (A = r - p̃, the released script), "std", "selection",
         "inverse_p", "inverse_sqrt_p" (`adarl.algo.selection.Correction`).
     objective, objective_alpha: the declared f for "selection" ("linear", "log", "arcsin",
+        "logit": log(p/(1-p)), whose correction needs no pass-rate estimate (h = 1: A = ±n/n±),
         "power" with exponent objective_alpha, "pass_at_k": 1 - (1-p)^k with k = objective_k);
         also the f of ada_est's "variance_optimal" rule and of the declared knapsack value.
     objective_k: k of pass@k, in samples (the attempts pass@k counts; integer >= 1, default 8):
@@ -191,7 +192,7 @@ PKPO_BASELINES = ("loo_minus_one", "loo", "none")
 CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
 UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
 DOWNSAMPLE_ORDERS = ("random", "earliest")
-OBJECTIVES = ("linear", "log", "arcsin", "power", "pass_at_k")
+OBJECTIVES = ("linear", "log", "arcsin", "logit", "power", "pass_at_k")
 RAFT_NORMALIZATIONS = ("group", "positives", "estimate")
 ADA_EST_RULES = ("inverse_sqrt", "sqrt_odds", "variance_optimal")
 PASS_RATE_ESTIMATES = ("unbiased", "pool")

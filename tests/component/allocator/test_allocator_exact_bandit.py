@@ -127,3 +127,49 @@ def test_every_correction_optimises_its_implied_objective(
         assert abs(check.effective_weight - check.implied_weight) <= 3 * check.se_effective_weight
         assert check.samples_drawn == pytest.approx(check.expected_samples, rel=0.05)
         assert math.isfinite(check.implied_weight)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        (
+            "allocator.sequential.k_pos=1",
+            "allocator.sequential.k_neg=1",
+            "allocator.group.group_size=2",
+        ),
+        ("allocator.group.group_size=null",),
+    ],
+    ids=["seq_balance_2_2", "seq_balance_1_1", "whole_pool"],
+)
+def test_logit_needs_no_pass_rate_estimate_and_holds_exactly(overrides: tuple[str, ...]) -> None:
+    """objective=logit: h = w·p(1-p) = 1, so A± = ±n/n± with no p̂ at all, and E[ĝ] =
+    (1 - p^16 - (1-p)^16)/(p(1-p))·∇p at every p (the cap's gate; docs/algorithms.md §Coverage),
+    for Seq-Balance(2, 2) groups of 4, Seq-Balance(1, 1) groups of 2 and whole pools. Power:
+    1,280 prompt-steps per p and the SE of the effective weight ≤ 8%/3 of the target (asserted),
+    so an 8% bias fails."""
+    config = _allocator(
+        "+experiment=ada_seq_balance", "allocator.group.objective=logit", *overrides
+    )
+    checks = measure(
+        config,
+        pass_rates=PASS_RATES,
+        prompts_per_rate=64,
+        steps=20,
+        latency=LatencyModel(engines=1, slots=256),
+        seed=5,
+    )
+    cap = config.max_samples_per_prompt
+    for check in checks:
+        one_label = check.p**cap + (1 - check.p) ** cap  # a pool with no contrast
+        target = (1 - one_label) / (check.p * (1 - check.p))
+        assert check.implied_weight == pytest.approx(target, rel=1e-9)  # declared = implied
+        # Every mixed pool contributes the same effective weight, so near p = 1/2, where a trial
+        # without contrast is rare, the sample SE can be 0: floor it at the binomial SE of the
+        # share of trials with contrast.
+        floor = target / (1 - one_label) * math.sqrt(one_label * (1 - one_label) / check.trials)
+        se = max(check.se_effective_weight, floor)
+        assert se <= 0.08 / 3 * target, check
+        assert abs(check.effective_weight - target) <= 3 * se, check
+        assert np.all(np.abs(check.z_scores) <= 3) or check.se_effective_weight < floor, check

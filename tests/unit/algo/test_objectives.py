@@ -34,6 +34,9 @@ def test_closed_forms() -> None:
     np.testing.assert_allclose(objective_weight(p, objective="log"), 1 / p)
     np.testing.assert_allclose(objective_weight(p, objective="arcsin"), 1 / np.sqrt(p * (1 - p)))
     np.testing.assert_allclose(objective_weight(p, objective="power", alpha=0.25), 0.25 * p**-0.75)
+    np.testing.assert_allclose(objective_weight(p, objective="logit"), 1 / p + 1 / (1 - p))
+    # logit = log p + (-log(1 - p)): the coverage term and the accuracy term; 0 at p = 1/2.
+    assert objective_value(0.5, objective="logit") == 0.0
     # 2 arcsin √(1/2) = π/2; log 1 = 0.
     assert objective_value(0.5, objective="arcsin") == pytest.approx(np.pi / 2)
     assert objective_value(1.0, objective="log") == 0.0
@@ -41,8 +44,8 @@ def test_closed_forms() -> None:
 
 
 def test_unknown_objective_lists_valid_names() -> None:
-    with pytest.raises(ValueError, match="linear, log, arcsin, power"):
-        get_objective("logit")
+    with pytest.raises(ValueError, match="linear, log, arcsin, logit, power"):
+        get_objective("probit")
     with pytest.raises(ValueError, match="alpha > 0"):
         power_objective(0.0)
 
