@@ -107,6 +107,24 @@ ARMS: tuple[Arm, ...] = (
     Arm("passk_grpo", "passk_grpo"),
     Arm("pkpo", "pkpo"),
     Arm("hora_grpo", "hora_grpo"),
+    # logit p = log p - log(1 - p): log p's coverage term plus an accuracy term; its correction
+    # needs no pass-rate estimate (A = ±n/n±).
+    Arm("sb_logit", "ada_seq_balance", ("allocator.group.objective=logit",)),
+    Arm(
+        "sb_logit_1_1",
+        "ada_seq_balance",
+        (
+            "allocator.group.objective=logit",
+            "allocator.sequential.k_pos=1",
+            "allocator.sequential.k_neg=1",
+            "allocator.group.group_size=2",
+        ),
+    ),
+    Arm(
+        "sb_logit_whole_pool",
+        "ada_seq_balance",
+        ("allocator.group.objective=logit", "allocator.group.group_size=null"),
+    ),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
