@@ -13,7 +13,7 @@ export TORCHDYNAMO_DISABLE ?= 1
 export WANDB_MODE ?= offline
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run test test-unit test-fast lint bench clean-venv
+.PHONY: setup run test test-unit test-fast lint bench clean-venv gpu-wheels gpu-check
 
 setup: $(STAMP)
 
@@ -43,3 +43,18 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The GPU check kit (docs/operations.md "A borrowed GPU machine"). `make gpu-wheels` on a networked
+# machine fetches what the GPU machine lacks (DeepSpeed, Hydra, OmegaConf and their pure-Python
+# dependencies; not Ray, not vLLM) into $(GPU_WHEELS); carry that folder. `make gpu-check` on the
+# GPU machine installs it offline with the machine's own python3 and torch, runs pytest tests/gpu
+# and python -m adarl.bench gpu, each under a timeout, and writes logs and gpu-check.json into
+# $(GPU_CHECK_OUT) (the device call sets it to $OUT). Neither needs the venv.
+GPU_WHEELS ?= gpu-wheels
+GPU_CHECK_OUT ?= gpu-check-out
+
+gpu-wheels:
+	$(PYTHON) -m adarl.bench.gpu_kit wheels --dest $(GPU_WHEELS)
+
+gpu-check:
+	$(PYTHON) -m adarl.bench.gpu_kit check --wheels $(GPU_WHEELS) --out $(GPU_CHECK_OUT)

@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "scaling": "adarl.bench.scaling",  # ZeRO-3 loading and weight-broadcast host memory
     "hints": "adarl.bench.hints",  # self-hint parse/leak rates, pass-rate lift per hint level
     "async": "adarl.bench.pipeline",  # sync vs sampling ahead while learners train: speed, learning
+    "gpu": "adarl.bench.gpu",  # one GPU: HF engine, DeepSpeed ZeRO-2/3, weight push, embedded run
 }
 
 
