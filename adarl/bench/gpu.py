@@ -99,6 +99,8 @@ QWEN2_5_1_5B = Sizes(
     logprob_chunk_tokens=1024,
     learner_steps=3,
     embedded_steps=4,
+    # The first and last held-out evaluations on 64 prompts, not 256: the step is what is read.
+    embedded_overrides=("eval.num_prompts=64",),
 )
 MICRO = Sizes(
     vocab_size=512,  # past the character tokenizer's ids, as on the GPU

@@ -280,10 +280,14 @@ def _machine(python: str, env: Mapping[str, str]) -> dict[str, str]:
         "'cuda': str(torch.version.cuda), 'gpu': torch.cuda.get_device_name(0) if cuda "
         "else 'none', 'gpus': str(torch.cuda.device_count())}))"
     )
-    done = subprocess.run(
-        [python, "-c", probe], capture_output=True, text=True, env=dict(env), timeout=60
-    )
     info = {"host": platform.node(), "cpus": str(os.cpu_count())}
+    try:
+        done = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, env=dict(env), timeout=60
+        )
+    except subprocess.TimeoutExpired:  # a wedged driver: say so, the stages will show the rest
+        info["probe_error"] = "the torch/CUDA probe did not answer within 60 s"
+        return info
     if done.returncode == 0:
         info.update(json.loads(done.stdout.strip().splitlines()[-1]))
     else:
