@@ -568,16 +568,21 @@ class LearnerGroup:
 
     def load_checkpoint(self, directory: str | Path, *, tag: str | None = None) -> None:
         """Restore model, optimizer, scheduler and the weight version (latest tag by default)."""
-        if tag is None:
-            latest = Path(directory) / CHECKPOINT_LATEST_FILE
-            if not latest.is_file():
-                raise FileNotFoundError(f"no {CHECKPOINT_LATEST_FILE!r} file in {directory}")
-            tag = latest.read_text().strip()
+        tag = tag or _latest_tag(directory)
         states = self._wait(
             [h.submit(Learner.load_checkpoint, str(directory), tag=tag) for h in self._handles],
             "loading the learners' checkpoint",
         )
         self.load_state_dict(states[0])
+
+    def load_weights(self, directory: str | Path, *, tag: str | None = None) -> None:
+        """Only the policy's weights from a checkpoint `save_checkpoint` wrote, whatever number
+        of learners wrote it (`Learner.load_weights`); the weight version is left to the caller."""
+        tag = tag or _latest_tag(directory)
+        self._wait(
+            [h.submit(Learner.load_weights, str(directory), tag=tag) for h in self._handles],
+            "loading the policy's weights from a checkpoint",
+        )
 
     def state_dict(self) -> dict[str, int]:
         return {
@@ -631,6 +636,13 @@ class LearnerGroup:
                 "optimizer shard and process group are gone): the run stops; the last checkpoint "
                 "is intact and checkpoint.resume=auto continues from it"
             ) from error
+
+
+def _latest_tag(directory: str | Path) -> str:
+    latest = Path(directory) / CHECKPOINT_LATEST_FILE
+    if not latest.is_file():
+        raise FileNotFoundError(f"no {CHECKPOINT_LATEST_FILE!r} file in {directory}")
+    return latest.read_text().strip()
 
 
 def _learner_default(name: str) -> Any:

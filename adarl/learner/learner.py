@@ -808,6 +808,22 @@ class Learner:
             raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
         return dict((client_state or {}).get("adarl", {}))
 
+    def load_weights(self, directory: str, *, tag: str) -> None:
+        """Only the policy's weights from what `save_checkpoint` wrote, saved by any number of
+        ranks (`adarl.export`: one learner exports a checkpoint of N). DeepSpeed's module-only
+        load reads the full module saved by rank 0 at ZeRO 0-2 and, at ZeRO-3, rebuilds the fp32
+        weights from every rank's partitions (cast to the training precision). The optimizer,
+        scheduler and step counters are left as they are."""
+        path, _ = self.engine.load_checkpoint(
+            directory,
+            tag=tag,
+            load_module_only=True,
+            load_optimizer_states=False,
+            load_lr_scheduler_states=False,
+        )
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
+
     def export_hf(self, directory: str) -> None:
         """An HF model directory (config, safetensors, tokenizer files) on rank 0. Collective."""
         names = [info.name for info in self.weight_infos()]
