@@ -25,7 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from adarl.config import AdarlConfig
-from adarl.redact import redact_config
+from adarl.export import resolved_config_yaml
 from adarl.rundir import RunDirInUseError, RunDirLock
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")
@@ -45,8 +45,7 @@ def save_resolved_config(config: AdarlConfig, run_dir: Path) -> Path:
     """`run_dir/config.yaml`: the resolved config, with secrets replaced (adarl/redact.py)."""
     path = run_dir / "config.yaml"
     run_dir.mkdir(parents=True, exist_ok=True)
-    plain = OmegaConf.to_container(OmegaConf.structured(config))
-    path.write_text(OmegaConf.to_yaml(OmegaConf.create(redact_config(plain))))
+    path.write_text(resolved_config_yaml(config))  # also each exported model's copy
     return path
 
 

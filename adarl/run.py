@@ -5,8 +5,10 @@ where they run (in this process, or as Ray actors through `adarl.cluster`). The 
 `adarl.driver.Driver`; everything algorithm-specific was decided by the builders called here.
 
 Run directory, at the end: `config.yaml`, `metrics.jsonl`, `completions.jsonl`, `wandb/`,
-`checkpoints/`, `logs/` (each actor's library output, `logger.library_logs=file`),
-`summary.json`.
+`checkpoints/`, `model/` (the final policy as a Hugging Face model: adarl/export.py), `logs/` (each
+actor's library output, `logger.library_logs=file`), `summary.json`; later, on demand,
+`exports/step_NNNNNN/` (`python -m adarl.export`) and `*.evaluation.json`
+(`python -m adarl.evaluate`).
 """
 
 from __future__ import annotations
@@ -63,7 +65,16 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
         f"  objective: {summary.objective.get('statement', 'n/a')}\n"
         f"  rollouts generated: {summary.rollouts_generated}, tokens: "
         f"{summary.tokens_generated}\n"
-        f"  run directory: {run_dir}"
+        f"  run directory: {run_dir}" + _format_model(summary, run_dir)
+    )
+
+
+def _format_model(summary: RunSummary, run_dir: Path) -> str:
+    if summary.model_dir is None:
+        return ""
+    return (
+        f"\n  final model (Hugging Face: transformers, vLLM): {summary.model_dir}\n"
+        f"  evaluate it: python -m adarl.evaluate {run_dir} [task overrides]"
     )
 
 

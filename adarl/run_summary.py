@@ -31,6 +31,8 @@ class RunSummary:
     # the guesser's pass@k and coverage, overall and by level, from the same seeded draws.
     base_evaluation: dict[str, Any] | None = None
     final_evaluation: dict[str, Any] | None = None
+    # The final policy as a Hugging Face model directory (RUN_DIR/model, adarl/export.py).
+    model_dir: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -4,7 +4,7 @@
 
     base eval ─► for step in (resume + 1)..total_steps:
                      driver.step(step) ─► eval if due ─► log ─► checkpoint if due
-             ─► final eval ─► final checkpoint ─► RunSummary
+             ─► final eval ─► final checkpoint ─► final model (RUN_DIR/model) ─► RunSummary
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
 from adarl.driver import Driver, StepOutcome, merge_metrics
 from adarl.evaluation import EvalResult, Evaluator
+from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
@@ -369,6 +370,7 @@ class TrainingSession:
                 self.start_step,
                 total,
             )
+        model_dir = self.export_model(last_step)
         timing = {
             k.removeprefix("timing/").removesuffix("_s"): v
             for k, v in self.driver.timer.total_seconds.items()
@@ -391,7 +393,23 @@ class TrainingSession:
             objective=self.objective.to_json(),
             base_evaluation=None if self.base_eval is None else self.base_eval.table(),
             final_evaluation=None if last_eval is None else last_eval.table(),
+            model_dir=str(model_dir),
         )
+
+    def export_model(self, step: int) -> Path:
+        """The policy as a Hugging Face model in RUN_DIR/model (adarl/export.py): after the final
+        checkpoint, from the weights the learners gather for weight sync."""
+        source = export_source(
+            self.run_dir, self.checkpoints.latest() or self.resume_path, step=step, final=True
+        )
+        with self.driver.timer.stage("export", per_step=False):
+            return write_model(
+                self.learners,
+                self.run_dir / MODEL_DIR,
+                config=self.config,
+                codec=self.codec,
+                source=source,
+            )
 
     def wall_s(self) -> float:
         """This run's wall time so far, across resumes."""
