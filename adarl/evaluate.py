@@ -150,8 +150,10 @@ def plan_evaluation(
     """Resolve `target`, compose and validate the config; raises TargetError / ValueError (and
     Hydra's or OmegaConf's errors for a bad override) naming the input."""
     overrides = tuple(overrides)
+    base: Path | None = None
     if target in BUILTIN_MODELS:
-        base = _config_file(config_from) if config_from is not None else None
+        if config_from is not None:
+            base = _config_file(config_from)
         config = compose_config(base, (f"model.name_or_path={target}", *overrides))
         safe = target.replace("/", "_")
         return EvaluationPlan(
@@ -170,7 +172,7 @@ def plan_evaluation(
     if resolved.checkpoint is not None:
         run_config = run_config_of(resolved)  # the checkpoint is exported as its run was built
         model = str(default_export_dir(resolved).absolute())
-        step = int(resolved.checkpoint.name.removeprefix("step_"))
+        step = json.loads((resolved.checkpoint / "manifest.json").read_text()).get("step")
     else:
         assert resolved.model_dir is not None
         model = str(resolved.model_dir.absolute())
@@ -178,15 +180,14 @@ def plan_evaluation(
         step = None if info is None else info.get("step")
     extra: tuple[str, ...] = ()
     exported_config = Path(model) / EXPORT_CONFIG_FILE
-    base: Path | None
     if config_from is not None:
         base = _config_file(config_from)
     elif resolved.kind == "model" and exported_config.is_file():
         base = exported_config  # the run's config travels with its exported model
     elif resolved.run_dir is not None and (resolved.run_dir / RUN_CONFIG_FILE).is_file():
         base = resolved.run_dir / RUN_CONFIG_FILE
-    else:  # a model from elsewhere: adarl's defaults with it as the policy
-        base = None
+    else:  # a model from elsewhere: adarl's defaults with it as the policy (the validation
+        # then asks for a real model's lengths, naming the keys)
         extra = (f"model.name_or_path={model}",)
     config = compose_config(base, (*extra, *overrides))
     given = str(resolved.given).rstrip("/")

@@ -111,7 +111,7 @@ def test_overrides_compose_over_the_runs_config_as_on_the_launch_command_line(
     run = _run_dir(tmp_path / "run", seed=7)
     checkpoint = run / "checkpoints" / "step_000003"
     checkpoint.mkdir(parents=True)
-    (checkpoint / "manifest.json").write_text("{}")
+    (checkpoint / "manifest.json").write_text(json.dumps({"step": 3}))
     own = plan_evaluation(str(run), [])
     run_config = AdarlConfig(seed=7)
     assert own.config == run_config  # the run's own config, its derived seeds included
