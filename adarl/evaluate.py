@@ -257,13 +257,16 @@ def run_evaluation(plan: EvaluationPlan) -> tuple[EvalResult, dict[str, Any]]:
     checkpoint = None if target is None else target.checkpoint
     model_path = Path(plan.model)
     # The data first: a task that cannot be evaluated fails before any weights are touched.
-    if plan.run_config is not None:
-        tokenizer = policy_tokenizer(plan.run_config)  # the checkpoint's model's, not built yet
-    elif target is None:
-        tokenizer = policy_tokenizer(config)
-    else:
-        tokenizer = load_tokenizer(str(model_path))
-    evaluator = build_evaluator(config, tokenizer)
+    try:
+        if plan.run_config is not None:
+            tokenizer = policy_tokenizer(plan.run_config)  # the checkpoint's model's, not built
+        elif target is None:
+            tokenizer = policy_tokenizer(config)
+        else:
+            tokenizer = load_tokenizer(str(model_path))
+        evaluator = build_evaluator(config, tokenizer)
+    except ValueError as error:  # the task's data or lengths, refused naming the fix
+        raise TargetError(str(error)) from error
     exported_s = 0.0
     if checkpoint is not None:
         assert plan.run_config is not None
@@ -378,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         result, record = run_evaluation(plan)
-    except ValueError as error:  # the data (no held-out set, bad rows) refused before any engine
+    except TargetError as error:  # the data (no held-out set, bad rows), a broken checkpoint
         print(f"adarl.evaluate: {error}", file=sys.stderr)
         return 2
     plan.out.parent.mkdir(parents=True, exist_ok=True)

@@ -296,7 +296,10 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, config: AdarlC
     from adarl.rollout.codec import build_prompt_codec
 
     checkpoint = Path(checkpoint)
-    loaded = load_checkpoint(checkpoint)  # the manifest's inventory is checked here
+    try:
+        loaded = load_checkpoint(checkpoint)  # the manifest's inventory is checked here
+    except (FileNotFoundError, ValueError) as error:  # a partial copy, another format
+        raise TargetError(str(error)) from error
     learner_dir = loaded.directories.get("learner")
     if learner_dir is None:
         raise TargetError(
@@ -365,7 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out = args.out if args.out is not None else default_export_dir(target)
     start = time.perf_counter()
-    written = export_checkpoint(target.checkpoint, out, config=config)
+    try:
+        written = export_checkpoint(target.checkpoint, out, config=config)
+    except TargetError as error:
+        print(f"adarl.export: {error}", file=sys.stderr)
+        return 2
     print(
         f"adarl.export: {target.checkpoint} -> {written} in {time.perf_counter() - start:.1f}s\n"
         f"  load it: AutoModelForCausalLM.from_pretrained('{written}'); evaluate it: "

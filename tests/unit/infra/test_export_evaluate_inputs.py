@@ -79,6 +79,25 @@ def test_export_refuses_a_checkpoint_without_its_runs_config_and_a_model_directo
     assert f"python -m adarl.evaluate {model}" in err
 
 
+def test_a_checkpoint_missing_a_file_its_manifest_lists_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = _run_dir(tmp_path / "run") / "checkpoints" / "step_000002"
+    checkpoint.mkdir(parents=True)
+    manifest = {
+        "format": "adarl-checkpoint",
+        "version": 1,
+        "step": 2,
+        "pieces": {"learner": "directory"},
+        "files": {"learner": {"step_2/mp_rank_00_model_states.pt": 10}},
+    }
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
+    for main in (export_main, evaluate_main):
+        err = _refused(main, [str(checkpoint)], capsys)
+        assert f"checkpoint {checkpoint} is incomplete" in err
+        assert "learner/step_2/mp_rank_00_model_states.pt is missing" in err
+
+
 def test_bad_overrides_and_values_are_refused_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
