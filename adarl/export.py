@@ -137,6 +137,7 @@ def write_model(
     shutil.rmtree(scratch, ignore_errors=True)
     start = time.perf_counter()
     try:
+        scratch.mkdir()  # here first, as checkpoints do: the learners fill what the driver made
         learners.export_hf(scratch)
         settings = generation_settings(config.eval, codec)
         GenerationConfig(**settings).save_pretrained(scratch)
