@@ -50,11 +50,16 @@ clean-venv:
 # GPU machine installs it offline with the machine's own python3 and torch, runs pytest tests/gpu
 # and python -m adarl.bench gpu, each under a timeout, and writes logs and gpu-check.json into
 # $(GPU_CHECK_OUT) (the device call sets it to $OUT). Neither needs the venv.
+# GPU_CHECK_ARGS="--dry-run" runs the same stages on CPU at micro sizes; here that needs wheels
+# for this Python and a python with torch: make gpu-wheels GPU_WHEELS=/tmp/w GPU_PYTHON_VERSION=3.11
+# then make gpu-check PYTHON=.venv/bin/python GPU_WHEELS=/tmp/w GPU_CHECK_ARGS=--dry-run
 GPU_WHEELS ?= gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
 GPU_CHECK_OUT ?= gpu-check-out
+GPU_CHECK_ARGS ?=
 
 gpu-wheels:
-	$(PYTHON) -m adarl.bench.gpu_kit wheels --dest $(GPU_WHEELS)
+	$(PYTHON) -m adarl.bench.gpu_kit wheels --dest $(GPU_WHEELS) --python-version $(GPU_PYTHON_VERSION)
 
 gpu-check:
-	$(PYTHON) -m adarl.bench.gpu_kit check --wheels $(GPU_WHEELS) --out $(GPU_CHECK_OUT)
+	$(PYTHON) -m adarl.bench.gpu_kit check --wheels $(GPU_WHEELS) --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
