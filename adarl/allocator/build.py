@@ -101,7 +101,7 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
         rounds = seq.mode == "rounds"
         cap = seq.round_repeat * seq.max_rounds if rounds else config.max_samples_per_prompt
         step_cap = config.max_samples_per_step
-        if step_cap is None:
+        if step_cap is None and config.rollouts_per_step is None:
             step_cap = config.prompts_per_step * cap
         return SequentialSampler(
             k_pos=seq.k_pos,
@@ -115,6 +115,7 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
             round_repeat=seq.round_repeat,
             max_rounds=seq.max_rounds,
             positive_threshold=config.positive_threshold,
+            rollouts_per_step=config.rollouts_per_step,
         )
     if name == "dynamic_filter":
         df = config.dynamic_filter

@@ -256,6 +256,9 @@ def measure(
                 for i, p in enumerate(rates)
             ]
             rate = {e.prompt_id: p for e, p in zip(examples, rates, strict=True)}
+            # A sampler that admits more prompts (a rollout budget) gets fresh ones, the rates in
+            # turn, so that every rate keeps its share of the trials.
+            source = BanditPrompts(step=step, pass_rates=pass_rates, behaviour=behaviour)
             pool = SimulatedRolloutPool(
                 engine=engine,
                 latency=latency,
@@ -268,11 +271,12 @@ def measure(
                 allocator=allocator,
                 rollout=pool,
                 rewards=rewards,
-                prompts=NoPrompts(),
+                prompts=source,
                 codec=codec,
                 statistics=bandit_gradient_norms,
                 clock=pool.now,
             )
+            rate.update(source.rates)
             groups = {g.prompt_id: g for g in phase.result.groups}
             for pid, p in rate.items():
                 group = groups.get(pid)
@@ -561,6 +565,37 @@ def bandit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
         action = int(scored.rollout.completion.text)
         values.append(float(np.linalg.norm(np.eye(RESPONSES)[action] - policy(p))))
     return StatisticsReply(kind=request.kind, values=tuple(values), weight_version=0)
+
+
+class BanditPrompts:
+    """Fresh bandit prompts on request, at the given pass rates in turn (`rates` records each
+    one's), for samplers that admit prompts mid-step."""
+
+    def __init__(
+        self, *, step: int, pass_rates: Sequence[float], behaviour: Mapping[float, float]
+    ) -> None:
+        self.step = step
+        self.pass_rates = list(pass_rates)
+        self.behaviour = behaviour
+        self.rates: dict[str, float] = {}
+
+    def next_batch(self, num_examples: int) -> list[TaskExample]:
+        out = []
+        for _ in range(num_examples):
+            index = len(self.rates)
+            p = self.pass_rates[index % len(self.pass_rates)]
+            example = TaskExample(
+                prompt_id=f"s{self.step}r{index}",
+                prompt=f"r{index}:{self.behaviour.get(p, p)!r}",
+                answer="0",
+                task="bandit",
+            )
+            self.rates[example.prompt_id] = p
+            out.append(example)
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
 
 class NoPrompts:

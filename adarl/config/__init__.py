@@ -162,10 +162,10 @@ def check_cross_step_allocation(config: AdarlConfig) -> None:
             f"allocator.sampler={alloc.sampler!r} keeps state across steps; use seq_balance, "
             "seq_pos or uniform"
         )
-    if alloc.sampler == "uniform" and alloc.rollouts_per_step is not None:
+    if alloc.rollouts_per_step is not None:
         refusals.append(
-            f"allocator.rollouts_per_step={alloc.rollouts_per_step} refills a uniform step with "
-            "prompts mid-step; set it to null"
+            f"allocator.rollouts_per_step={alloc.rollouts_per_step} refills a step with prompts "
+            "mid-step; set it to null"
         )
     if alloc.curation.skip != "none":
         refusals.append(

@@ -21,12 +21,19 @@
         it is (so a step's trained batch varies in prompts). null = prompts_per_step ×
         samples_per_prompt (what GRPO with the same prompts spends) for "knapsack" and under a
         curation skip; for "uniform" without a skip null keeps the fixed prompts_per_step (the
-        same spend). The other samplers keep their own per-step rules (ada_est and gvm spend
-        samples_per_prompt × prompts_per_step already) and refuse a value.
+        same spend). For "seq_pos" and "seq_balance" (streaming) it is an admission target,
+        not a cap: the step admits the driver's prompts_per_step prompts, then more as they
+        settle, while its committed samples (drawn, and at least the run's mean per prompt for
+        each open one) are under it; every admitted prompt runs its stopping rule to the end, so
+        the declared objective is unchanged and a step spends about this many (null: the fixed
+        prompts_per_step batch, capped by max_samples_per_step). The other samplers keep their
+        own per-step rules (ada_est and gvm spend samples_per_prompt × prompts_per_step already)
+        and refuse a value.
     max_samples_per_step: global cap on responses drawn in one step (counted at dispatch, never
         exceeded); None = prompts_per_step × max_samples_per_prompt for the sequential
-        samplers, 4 × prompts_per_step × samples_per_prompt for "dynamic_filter" (the verl
-        recipe's usual max_num_gen_batches), no cap for "uniform".
+        samplers (no cap under their rollouts_per_step, which admits prompts instead),
+        4 × prompts_per_step × samples_per_prompt for "dynamic_filter" (the verl recipe's usual
+        max_num_gen_batches), no cap for "uniform".
     positive_threshold: a response is positive iff reward > this (the reference code uses 0.7).
     seed: seeds requests and random downsampling (derived per step/prompt: no RNG state); None
         (default) = derived from the root `seed` (adarl/config/seeds.py).
@@ -545,7 +552,18 @@ class AllocatorConfig:
                 f" - estimation.gvm_presamples = {self.max_samples_per_prompt} - "
                 f"{est.gvm_presamples}; lower it or raise the cap"
             )
-        if self.rollouts_per_step is not None:
+        if self.rollouts_per_step is not None and self.sampler in ("seq_pos", "seq_balance"):
+            if self.sequential.mode != "streaming":
+                raise ValueError(
+                    f"allocator.rollouts_per_step={self.rollouts_per_step} with "
+                    f"allocator.sampler={self.sampler!r} admits prompts as others settle: set "
+                    "allocator.sequential.mode=streaming (rounds have a fixed batch)"
+                )
+            if self.rollouts_per_step < 1:
+                raise ValueError(
+                    f"allocator.rollouts_per_step={self.rollouts_per_step} must be >= 1 or null"
+                )
+        elif self.rollouts_per_step is not None:
             if self.sampler not in BUDGETED_SAMPLERS:
                 raise ValueError(
                     f"allocator.rollouts_per_step={self.rollouts_per_step} needs a sampler that "

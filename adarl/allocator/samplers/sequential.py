@@ -22,6 +22,17 @@ per round; the next round starts only after the whole round returned (a barrier)
 of a round is counted, even those after the exit condition was met; after `max_rounds` rounds,
 prompts not resolved are unresolved (no futility stop). The cap is round_repeat × max_rounds.
 
+**A rollout budget** (`rollouts_per_step`, streaming only): the step admits prompts, the
+driver's batch first and then more as they settle (`needs_prompts`), while its committed samples
+are under the budget: a settled prompt commits what it drew, an open one that has drawn d the
+mean size of the run's settled pools larger than d (E[N | N > d], one pseudo-pool at the cap:
+pessimistic until pools settle). Admission reads the other prompts' counts, never an admitted
+prompt's own future, and an admitted prompt runs its stopping rule to the end (nothing is cut
+by the budget), so every prompt's draw law, hence the declared objective, is the one without a
+budget. A step spends at least the budget and about it (over it by what its last admitted
+prompts draw past their reserve). This gives a sequential sampler the optimizer steps per
+rollout of a uniform sampler with the same budget, on any task.
+
 Estimates: `sequential_law()` tells the group builder how pools were drawn, so that its unbiased
 pass-rate estimate (`adarl.algo.drawing.unbiased_pass_rate`) conditions on the right stopping time;
 `sampling/overshoot_samples` counts the samples drawn past it.
@@ -29,6 +40,7 @@ pass-rate estimate (`adarl.algo.drawing.unbiased_pass_rate`) conditions on the r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -57,8 +69,6 @@ class SequentialSampler(LedgerSampler):
     one `StoppingRule` serves both; `name` says which was configured.
     """
 
-    steps_independent = True  # start_step resets the ledger, the rounds and the step's priors
-
     def __init__(
         self,
         *,
@@ -73,8 +83,17 @@ class SequentialSampler(LedgerSampler):
         round_repeat: int = 8,
         max_rounds: int = 4,
         positive_threshold: float = 0.5,
+        rollouts_per_step: int | None = None,
     ) -> None:
         self.mode = DispatchMode(mode)
+        if rollouts_per_step is not None:
+            if self.mode is not DispatchMode.STREAMING:
+                raise ValueError(
+                    "a sequential rollout budget (rollouts_per_step) admits prompts as others "
+                    "settle: it needs the streaming mode, not rounds"
+                )
+            if rollouts_per_step < 1:
+                raise ValueError(f"rollouts_per_step must be >= 1 (got {rollouts_per_step})")
         if k_pos < 0 or k_neg < 0 or k_pos + k_neg < 1:
             raise ValueError(
                 f"sequential sampler: need k_pos, k_neg >= 0, not both 0 "
@@ -111,6 +130,10 @@ class SequentialSampler(LedgerSampler):
             initial_samples=initial_samples,
         )
         self.use_history = use_history
+        self.rollouts_per_step = rollouts_per_step
+        self.source_exhausted = False
+        # How many of the run's settled pools had each size 0..cap: an open prompt's reserve.
+        self.settled_sizes = [0] * (max_samples_per_prompt + 1)
         self.round_repeat = round_repeat
         self.max_rounds = max_rounds
         self.positive_threshold = positive_threshold
@@ -121,6 +144,12 @@ class SequentialSampler(LedgerSampler):
         self._ledger = StepLedger(
             budget_cap=max_samples_per_step, positive_threshold=positive_threshold
         )
+
+    @property
+    def steps_independent(self) -> bool:  # type: ignore[override]
+        """start_step resets the ledger, the rounds and the step's priors; a rollout budget's
+        refills would ask the driver for prompts in a step it is not waiting for."""
+        return self.rollouts_per_step is None
 
     def sequential_law(self) -> SequentialLaw:
         if self.mode is DispatchMode.ROUNDS:
@@ -150,6 +179,7 @@ class SequentialSampler(LedgerSampler):
         self.step = step
         self.rounds_done = 0
         self.unresolved_by_budget = 0
+        self.source_exhausted = False
         self._history = {}
         self._ledger = StepLedger(
             budget_cap=self.max_samples_per_step, positive_threshold=self.positive_threshold
@@ -157,6 +187,8 @@ class SequentialSampler(LedgerSampler):
         self.add_prompts(prompt_ids, history)
 
     def add_prompts(self, prompt_ids: Sequence[str], history: Mapping[str, PromptHistory]) -> None:
+        if not prompt_ids and self.step_started():
+            self.source_exhausted = True  # the answer to needs_prompts: the source has no more
         check_new_prompt_ids(prompt_ids, self._ledger.tallies, what=self.name)
         if self.mode is DispatchMode.ROUNDS and self.rounds_done > 0 and prompt_ids:
             raise ValueError(f"{self.name} rounds mode: prompts can only join before round 1")
@@ -183,11 +215,42 @@ class SequentialSampler(LedgerSampler):
             return
         self._ledger.dispatch(prompt_id, wanted)
 
+    def step_started(self) -> bool:
+        return bool(self._ledger.order)
+
+    def reserve(self, drawn: int) -> float:
+        """What an open prompt that has drawn `drawn` commits: E[N | N > drawn] over the run's
+        settled pools, with one pseudo-pool at the cap (so at least `drawn` + 1)."""
+        cap = self.max_samples_per_prompt
+        if drawn >= cap:
+            return float(cap)
+        sizes = range(drawn + 1, cap + 1)
+        count = 1 + sum(self.settled_sizes[n] for n in sizes)
+        total = cap + sum(n * self.settled_sizes[n] for n in sizes)
+        return total / count
+
+    def committed(self) -> float:
+        """The step's samples: drawn by settled prompts, the reserve of open ones."""
+        return sum(
+            t.drawn if t.status is not PromptStatus.SAMPLING else self.reserve(t.drawn)
+            for t in self._ledger.tallies.values()
+        )
+
     def needs_prompts(self) -> int:
-        return 0
+        """With a rollout budget: the prompts whose reserves fill what is left of it."""
+        if self.rollouts_per_step is None or self.source_exhausted:
+            return 0
+        left = self.rollouts_per_step - self.committed()
+        return math.ceil(left / self.reserve(0)) if left > 0 else 0
+
+    def done(self) -> bool:
+        return super().done() and self.needs_prompts() == 0
 
     def next(self) -> list[Draw]:
         return self._ledger.take_pending()
+
+    def _settled(self, tally: PromptTally) -> None:
+        self.settled_sizes[tally.drawn] += 1
 
     def observe(self, prompt_id: str, rewards: Sequence[float]) -> None:
         # The ledger dates the rule's one-at-a-time stopping time T' (`exit_index`).
@@ -201,15 +264,18 @@ class SequentialSampler(LedgerSampler):
         decision = self._decision(tally)
         if decision is StopDecision.RESOLVED:
             self._ledger.settle(prompt_id, PromptStatus.RESOLVED)
+            self._settled(tally)
             return
         if decision is StopDecision.UNRESOLVED:
             self._ledger.settle(prompt_id, PromptStatus.UNRESOLVED)
+            self._settled(tally)
             return
         minimum = self.rule.min_additional(tally.positives, tally.negatives)
         left = self._ledger.budget.left
         if left is not None and left < minimum:
             # The budget cannot pay for a draw after which the prompt could resolve.
             self._ledger.settle(prompt_id, PromptStatus.UNRESOLVED)
+            self._settled(tally)
             self.unresolved_by_budget += 1
             return
         self._ledger.dispatch(prompt_id, self._next_chunk(prompt_id, tally))
@@ -244,8 +310,16 @@ class SequentialSampler(LedgerSampler):
             for t in self._ledger.tallies.values()
             if t.exit_index is not None
         ]
+        budget = {}
+        if self.rollouts_per_step is not None:
+            budget = {
+                "sampling/rollout_budget": float(self.rollouts_per_step),
+                "sampling/prompts_admitted": float(len(self._ledger.order)),
+                "sampling/admission_reserve": self.reserve(0),
+            }
         return {
             **self._ledger.metrics(),
+            **budget,
             "sampling/unresolved_by_budget": float(self.unresolved_by_budget),
             "sampling/rounds": float(self.rounds_done),
             # T': where the one-at-a-time rule would have stopped; the rest is overshoot.
@@ -258,6 +332,8 @@ class SequentialSampler(LedgerSampler):
             "step": self.step,
             "rounds_done": self.rounds_done,
             "unresolved_by_budget": self.unresolved_by_budget,
+            "source_exhausted": self.source_exhausted,
+            "settled_sizes": list(self.settled_sizes),
             "history": {pid: list(counts) for pid, counts in self._history.items()},
             "ledger": self._ledger.state_dict(),
         }
@@ -266,5 +342,7 @@ class SequentialSampler(LedgerSampler):
         self.step = int(state["step"])
         self.rounds_done = int(state["rounds_done"])
         self.unresolved_by_budget = int(state["unresolved_by_budget"])
+        self.source_exhausted = bool(state.get("source_exhausted", False))
+        self.settled_sizes = [int(n) for n in state.get("settled_sizes", self.settled_sizes)]
         self._history = {pid: (float(a), float(b)) for pid, (a, b) in state["history"].items()}
         self._ledger.load_state_dict(state["ledger"])

@@ -18,7 +18,7 @@ from adarl.config.allocator import AllocatorConfig, CurationConfig, GroupConfig
 
 def test_validation_names_the_input_and_the_fix() -> None:
     with pytest.raises(ValueError, match="rollouts_per_step=100 needs a sampler"):
-        AllocatorConfig(sampler="seq_balance", rollouts_per_step=100).validate()
+        AllocatorConfig(sampler="ada_est", rollouts_per_step=100).validate()
     with pytest.raises(ValueError, match=r"skip='greso' needs allocator\.sampler=uniform"):
         AllocatorConfig(sampler="ada_est", curation=CurationConfig(skip="greso")).validate()
     with pytest.raises(ValueError, match="cannot spend the budget"):
