@@ -125,6 +125,27 @@ ARMS: tuple[Arm, ...] = (
         "ada_seq_balance",
         ("allocator.group.objective=logit", "allocator.group.group_size=null"),
     ),
+    # The same under GRPO n = 8's rollouts per step (512): the step admits prompts (16 first)
+    # until its rollouts reach the budget, so it takes GRPO n = 8's optimizer steps per rollout.
+    *(
+        Arm(
+            label,
+            "ada_seq_balance",
+            (
+                *overrides,
+                "allocator.rollouts_per_step=512",
+                "allocator.prompts_per_step=16",
+            ),
+        )
+        for label, overrides in (
+            ("sb_log_budget", ()),
+            ("sb_logit_budget", ("allocator.group.objective=logit",)),
+            (
+                "sb_logit_budget_whole_pool",
+                ("allocator.group.objective=logit", "allocator.group.group_size=null"),
+            ),
+        )
+    ),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
