@@ -11,9 +11,9 @@ and the standard error of the effective weight is asserted ≤ 4% of the target 
 12% bias would fail the 3-SE check (at p = 0.05, where PKPO trains on rare positives only, the SE
 is 3.9%); Seq-Balance's gets 1,280 per rate with SE ≤ 4% likewise. HORA runs 300 steps over a
 recurring population (~900 candidate visits per rate): the SE of each gradient component is
-≤ 12% of the uncurated gradient's largest component (asserted; measured ≤ 9.6%, at p = 0.03), so a
-bias of a third of a prompt's gradient would fail. 12-16 components per configuration are checked at 3 SE with fixed
-seeds.
+≤ 12% of the uncurated gradient's largest component (asserted; measured ≤ 9.6%, at p = 0.03), so
+a bias of a third of a prompt's gradient would fail. 12-16 components per configuration are
+checked at 3 SE with fixed seeds.
 """
 
 from __future__ import annotations
