@@ -1,5 +1,6 @@
-"""HF export of a trained tiny policy: transformers and vLLM load it and decode greedily exactly
-as the learner's weights do.
+"""HF export of a trained tiny policy (`adarl.export.write_model`, what every run does with its
+final policy): transformers and vLLM load it, score fixed sequences as the learner does (the
+same log-probs within fp32 round-off) and decode greedily exactly as the learner's weights do.
 
 The policy is trained by the learner itself (ZeRO-2) to continue each prompt with a fixed
 response (advantage +1 on those tokens: reinforcement on positive samples only, i.e. RAFT/SFT),
@@ -19,11 +20,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from adarl.cluster import ensure_ray, spawn_actor
+from adarl.config import AdarlConfig
 from adarl.config.model import TinyModelConfig
+from adarl.export import write_model
 from adarl.learner import LearnerGroup, PolicyLossSettings
 from adarl.models.loading import load_tokenizer
 from adarl.models.tiny import build_tiny_qwen2
 from adarl.models.tokenizer import build_char_tokenizer
+from adarl.rollout.codec import build_prompt_codec
 from adarl.rollout.vllm_engine import VLLMEngine
 from adarl.types import GenerationRequest, SamplingParams, TrainBatch
 
@@ -31,6 +35,9 @@ PROMPTS = ["12+7=", "3*4=", "50-8=", "9+9="]
 RESPONSES = ["19", "12", "42", "18"]
 NEW_TOKENS = 3  # the two answer characters and <eos>
 MIN_MARGIN = 1e-2  # top-1 minus top-2 logit at every greedy step, far above fp32 round-off
+# Log-probs of the same fp32 weights computed by different kernels (DeepSpeed's module, plain
+# transformers, vLLM's CPU attention): they differ by round-off only.
+LOGPROB_ATOL = 1e-4
 
 
 def _trained_batch() -> TrainBatch:
@@ -98,7 +105,15 @@ def test_export_loads_in_transformers_and_vllm_with_the_learners_greedy_outputs(
         for _ in range(40):
             group.train_step(batch)
         learner_weights = group.get_weights()
-        group.export_hf(tmp_path / "export")
+        learner_scores = group.score(batch)  # [B, T] log π at every real position
+        config = AdarlConfig()
+        write_model(
+            group,
+            tmp_path / "export",
+            config=config,
+            codec=build_prompt_codec(config.task, config.rollout, tokenizer),
+            source={"step": 40},
+        )
     finally:
         group.shutdown()
 
@@ -106,6 +121,15 @@ def test_export_loads_in_transformers_and_vllm_with_the_learners_greedy_outputs(
     learner_model.load_state_dict(learner_weights)
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export").eval()
     exported_tokenizer = load_tokenizer(str(tmp_path / "export"))
+    # Teacher-forced log-probs of the fixed sequences: the exported model's are the learner's.
+    with torch.no_grad():
+        logits = exported(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    scored = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    exported_scores = scored.gather(2, batch.input_ids[:, 1:, None])[..., 0]
+    real = batch.attention_mask[:, 1:]
+    torch.testing.assert_close(
+        exported_scores[real], learner_scores[:, 1:][real], rtol=0, atol=LOGPROB_ATOL
+    )
     prompt_ids = [exported_tokenizer(p)["input_ids"] for p in PROMPTS]
     expected = []
     for ids, answer in zip(prompt_ids, RESPONSES, strict=True):
@@ -135,8 +159,17 @@ def test_export_loads_in_transformers_and_vllm_with_the_learners_greedy_outputs(
         )
         for i, ids in enumerate(prompt_ids)
     ]
+    responses = [batch.input_ids[i][batch.response_mask[i]].tolist() for i in range(len(PROMPTS))]
     try:
         results = ray.get(engine.generate.remote(requests))
+        vllm_scores = ray.get(engine.score.remote([list(ids) for ids in prompt_ids], responses))
     finally:
         ray.kill(engine)
     assert [list(r.completions[0].token_ids) for r in results] == expected
+    for i, scores in enumerate(vllm_scores):
+        torch.testing.assert_close(
+            torch.tensor(scores),
+            learner_scores[i][batch.response_mask[i]],
+            rtol=0,
+            atol=LOGPROB_ATOL,
+        )
