@@ -579,6 +579,7 @@ def format_section(report: dict[str, Any]) -> str:
         f"peak {cell('engine', 'peak_memory_gib', unit=' GiB')} |",
     ]
     sequences = sizes["learner_prompts"] * sizes["learner_samples_per_prompt"]
+    embedded = " ".join(_value(parts.get("embedded", {}), "overrides") or ["+experiment=..."])
     for stage in (2, 3):
         part = f"zero{stage}"
         lines.append(
@@ -595,8 +596,7 @@ def format_section(report: dict[str, Any]) -> str:
         f"{cell('zero3', 'push', 'seconds', unit=' s')}; weights max error "
         f"{cell('zero3', 'push', 'weights_max_abs_error')}, log-prob max error "
         f"{cell('zero3', 'push', 'logprob_max_abs_error')} |",
-        f"| embedded default step | `+experiment=ada_seq_balance cluster=in_process rollout=hf "
-        f"rollout.device=cuda`, {sizes['embedded_steps']} steps | "
+        f"| embedded default step | `{embedded}` ({sizes['embedded_steps']} steps) | "
         f"{cell('embedded', 'step_s', unit=' s')} per step (median after the first), peak "
         f"{cell('embedded', 'peak_memory_gib', unit=' GiB')} |",
     ]
