@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from safetensors.torch import load_file
 
 from adarl.driver import StepOutcome
+from adarl.export import read_export_info
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.logging import read_metrics_jsonl, read_wandb_offline_metrics
 
@@ -189,12 +191,17 @@ def _session_steps(
         if draws is not None:
             session.driver.prompts = _DrawRecorder(session.driver.prompts, draws)
         before = session.learners.get_weights()
-        session.train()
+        summary = session.train()
         after = session.learners.get_weights()
         # The engines serve the trained version.
         served = set(session.rollout.weight_versions())
         assert served == {session.learners.weight_version().version}
     assert any(not torch.equal(before[name], after[name]) for name in before)  # it learned
+    # Every run, a resumed one too, ends with its final policy as a Hugging Face model.
+    assert summary.model_dir == str((run_dir / "model").absolute())
+    final = load_file(run_dir / "model" / "model.safetensors")
+    assert all(torch.equal(final[name], after[name]) for name in final)
+    assert read_export_info(run_dir / "model")["step"] == total_steps  # type: ignore[index]
     return seen
 
 
