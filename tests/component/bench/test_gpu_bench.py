@@ -1,6 +1,6 @@
 """`python -m adarl.bench gpu`'s parts at micro sizes on CPU, in this process (the kit's dry run,
-tests/unit/bench/test_gpu_kit.py, runs the model build and the engine part in their own
-processes): the DeepSpeed learner under ZeRO-2 and ZeRO-3 with chunked log-probs and activation
+tests/unit/bench/test_gpu_kit.py, runs the model build in its own process): the HF engine's
+sampling, the DeepSpeed learner under ZeRO-2 and ZeRO-3 with chunked log-probs and activation
 checkpointing, the weight push into an HF engine, and the embedded default in-process. The same
 code the GPU run executes, so it cannot rot while no GPU is at hand."""
 
@@ -21,6 +21,15 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built = run_part("build", model_dir=directory, work_dir=directory.parent, dry_run=True)
     assert built["device"] == "cpu" and built["parameters"] > 0
     return directory
+
+
+def test_the_engine_part_samples_every_sequence(model_dir: Path) -> None:
+    values = run_part("engine", model_dir=model_dir, work_dir=model_dir.parent, dry_run=True)
+    sequences = MICRO.prompts * MICRO.samples_per_prompt
+    assert values["sequences"] == sequences
+    # Random weights rarely hit the end-of-sequence id: nearly every sequence runs to its limit.
+    assert sequences * MICRO.new_tokens // 2 < values["tokens"] <= sequences * MICRO.new_tokens
+    assert values["tokens_per_s"] > 0
 
 
 def test_the_learner_parts_train_and_push_exactly(model_dir: Path) -> None:
