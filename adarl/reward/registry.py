@@ -6,7 +6,7 @@
 | `exact_match` | `ExactMatchVerifier` |
 | `math` | `MathVerifier` (math-verify, `\\boxed{...}` answers) |
 | `code` | `CodeVerifier` (candidate programs in the subprocess sandbox) |
-| `reasoning_gym` | `ReasoningGymVerifier` (adarl/tasks/reasoning_gym.py: `score_answer`) |
+| `reasoning_gym` | `ReasoningGymVerifier` (adarl/reward/reasoning_gym.py: `score_answer`) |
 
 `register_verifier(name, factory)` adds a task-specific verifier: `factory(config)` receives the
 whole `RewardConfig`.
@@ -52,8 +52,8 @@ def _code(config: RewardConfig) -> Verifier:
 
 
 def _reasoning_gym(config: RewardConfig) -> Verifier:
-    # Imported here: the task module draws entries with reasoning-gym (an optional extra).
-    from adarl.tasks.reasoning_gym import ReasoningGymVerifier
+    # Imported here: it draws entries with reasoning-gym (an optional extra).
+    from adarl.reward.reasoning_gym import ReasoningGymVerifier
 
     return ReasoningGymVerifier(pass_threshold=config.reasoning_gym.pass_threshold)
 

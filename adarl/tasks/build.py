@@ -95,7 +95,8 @@ def _check_generated(
 def _reasoning_gym_splits(
     config: TaskConfig, verifier: Verifier | None
 ) -> tuple[list[TaskExample], list[TaskExample]]:
-    from adarl.tasks.reasoning_gym import ReasoningGymVerifier, reasoning_gym_examples
+    from adarl.reward.reasoning_gym import ReasoningGymVerifier
+    from adarl.tasks.reasoning_gym import reasoning_gym_examples
 
     # A generator's own answer must pass the run's threshold (else the entry is dropped).
     threshold = verifier.pass_threshold if isinstance(verifier, ReasoningGymVerifier) else 1.0

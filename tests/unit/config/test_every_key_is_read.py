@@ -133,7 +133,8 @@ def _run_cheap_builders(tmp_path: Path) -> None:
     build_prompt_source(files)
     build_test_examples(files)
     gym = TaskConfig(source="reasoning_gym")
-    gym.reasoning_gym.name, gym.reasoning_gym.config = "leg_counting", {"min_animals": 1, "max_animals": 2}
+    gym.reasoning_gym.name = "leg_counting"
+    gym.reasoning_gym.config = {"min_animals": 1, "max_animals": 2}
     gym.reasoning_gym.num_train_prompts, gym.reasoning_gym.num_test_prompts = 8, 4
     gym.reasoning_gym.difficulty_key = "num_animals"
     build_prompt_source(gym)

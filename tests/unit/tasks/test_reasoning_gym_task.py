@@ -6,8 +6,8 @@ import pytest
 
 from adarl.config.reward import RewardConfig
 from adarl.config.tasks import ReasoningGymConfig, TaskConfig
+from adarl.reward import reasoning_gym as rg
 from adarl.reward.registry import build_verifier
-from adarl.tasks import reasoning_gym as rg
 from adarl.tasks.build import build_prompt_source, build_test_examples
 
 
