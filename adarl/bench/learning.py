@@ -146,6 +146,33 @@ ARMS: tuple[Arm, ...] = (
             ),
         )
     ),
+    # GRPO n = 8's draw, then more only for a prompt with no positive yet, until its first one
+    # (Seq-Pos(1) with a first draw of 8): GRPO's groups where they mix, coverage where they
+    # collapse; whole pools, each weighing 8 sequences.
+    *(
+        Arm(
+            label,
+            "ada_seq_pos",
+            (
+                "allocator.sequential.k_pos=1",
+                "allocator.sequential.initial_samples=8",
+                "allocator.samples_per_prompt=8",
+                "allocator.group.group_size=null",
+                *overrides,
+            ),
+        )
+        for label, overrides in (
+            ("sp1_logit", ("allocator.group.objective=logit",)),
+            (
+                "sp1_std",
+                ("allocator.group.correction=std", "allocator.group.pass_rate_estimate=pool"),
+            ),
+            (
+                "sp1_logit_cap32",
+                ("allocator.group.objective=logit", "allocator.max_samples_per_prompt=32"),
+            ),
+        )
+    ),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
     Arm("knapsack_grpo", "knapsack_grpo"),
