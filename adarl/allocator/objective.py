@@ -180,6 +180,14 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
             )
             if exact:
                 statement = f"{name}, gated by {closed_text} at cap {cap}"
+            elif group.objective == "logit" and group.unresolved_policy == "keep_available":
+                # h = 1: no pass-rate estimate enters, so the gate is only the probability that
+                # the stopping rule leaves both labels in the pool (exact by p, below).
+                exact = True
+                statement = (
+                    f"{name}, gated by the probability that its pool holds both labels when the "
+                    f"stopping rule ends it (cap {cap}; the gate by p)"
+                )
             else:
                 statement = (
                     f"{name}, times a gate from the cap ({cap}) and the "
