@@ -1,0 +1,164 @@
+"""A run keeps its final policy as a Hugging Face model, a checkpoint exports to the same model,
+and `python -m adarl.evaluate` reproduces the run's own evaluations from them.
+
+One short run is shared: 2 steps of the embedded default on the short warm start, in-process
+(the vLLM engine and the DeepSpeed learner in the driver: no Ray cluster to start), 16 held-out
+prompts × 8 samples. `adarl.evaluate` runs as the command, in its own process: it builds its
+in-process vLLM engine from the run's config, as training builds its engines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _launch import launch, output_tail
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+from adarl.checkpoint import load_checkpoint
+from adarl.export import read_export_info, read_run_config
+from adarl.models.loading import load_tokenizer, policy_tokenizer, resolve_model_config
+
+RUN = (
+    "+experiment=ada_seq_balance",
+    "model.tiny.sft_steps=120",
+    "trainer.total_steps=2",
+    "allocator.prompts_per_step=8",
+    "eval.every_steps=0",
+    "eval.num_prompts=16",
+    "eval.final_samples_per_prompt=8",
+    "cluster=in_process",
+    "logger.mode=disabled",
+)
+FINAL = "step_000002"
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The run directory and the run's console output."""
+    run_dir = tmp_path_factory.mktemp("export") / "run"
+    proc = launch(run_dir, *RUN)
+    assert proc.returncode == 0, output_tail(proc)
+    return run_dir, proc.stdout
+
+
+def _module(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", name, *args], capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_run_keeps_its_final_policy_as_a_hugging_face_model(
+    finished_run: tuple[Path, str],
+) -> None:
+    run_dir, console = finished_run
+    model = (run_dir / "model").absolute()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["model_dir"] == str(model)
+    assert summary["time_per_stage_s"]["export"] < 2.0  # one gather and one save of 0.4M weights
+    assert f"final model (Hugging Face: transformers, vLLM): {model}" in console.splitlines()[-2]
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+        "adarl_export.json",
+        "adarl_config.yaml",
+    } <= {path.name for path in model.iterdir()}
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".model")]  # no scratch
+
+    config = read_run_config(run_dir / "config.yaml")
+    assert read_run_config(model / "adarl_config.yaml") == config
+    info = read_export_info(model)
+    assert info is not None
+    assert (info["step"], info["weight_version"], info["final"]) == (2, 2, True)
+    assert info["checkpoint"] == str((run_dir / "checkpoints" / FINAL).absolute())
+
+    # adarl's tokenizer loader reads the export as the run's policy tokenizer.
+    tokenizer = load_tokenizer(str(model))
+    assert tokenizer.get_vocab() == policy_tokenizer(config).get_vocab()
+    generation = GenerationConfig.from_pretrained(model)
+    assert generation.eos_token_id == tokenizer.eos_token_id
+    assert generation.pad_token_id == tokenizer.pad_token_id
+    assert generation.bos_token_id == tokenizer.bos_token_id
+    assert generation.do_sample and generation.temperature == config.eval.temperature
+    assert (generation.top_p, generation.top_k) == (1.0, 0)
+    assert generation.max_new_tokens == config.eval.max_new_tokens
+
+    policy = AutoModelForCausalLM.from_pretrained(model).eval()
+    base = AutoModelForCausalLM.from_pretrained(resolve_model_config(config.model)).state_dict()
+    trained = policy.state_dict()
+    assert any(not torch.equal(trained[name], base[name]) for name in base)  # the trained policy
+    prompt = torch.tensor([tokenizer("12+7=")["input_ids"]])
+    torch.manual_seed(0)
+    drawn = policy.generate(prompt, attention_mask=torch.ones_like(prompt))  # the run's defaults
+    assert prompt.shape[1] < drawn.shape[1] <= prompt.shape[1] + config.eval.max_new_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_evaluating_the_final_checkpoint_reproduces_the_runs_final_evaluation(
+    finished_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The checkpoint is exported by a fresh learner, and the export evaluated by a fresh engine,
+    in another process: the same requests, seeds, engine calls and weights as the run's final
+    evaluation, so the same samples (every pass@k by level equal, and the logged completions)."""
+    run_dir, _ = finished_run
+    checkpoint = run_dir / "checkpoints" / FINAL
+    out = tmp_path / "final.json"
+    proc = _module("adarl.evaluate", str(checkpoint), "--out", str(out))
+    assert proc.returncode == 0, output_tail(proc)
+    assert "pass@1" in proc.stdout and f"wrote {out}" in proc.stdout
+
+    record = json.loads(out.read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert record["evaluation"] == summary["final_evaluation"]
+    logged = [
+        row
+        for row in map(json.loads, (run_dir / "completions.jsonl").read_text().splitlines())
+        if row["step"] == 2
+    ]
+    assert logged and record["completions"] == logged
+    config = read_run_config(run_dir / "config.yaml")
+    exported = run_dir / "exports" / FINAL
+    assert record["target"]["model"] == str(exported.absolute())
+    assert (record["target"]["kind"], record["target"]["step"]) == ("checkpoint", 2)
+    assert record["seeds"]["eval"] == config.eval.seed
+    assert (record["engine"], record["samples_per_prompt"]) == ("vllm", 8)
+    assert [p["correct"] for p in record["per_prompt"]] and record["export_s"] > 0
+
+    # The checkpoint's export is the run's own final model, bit for bit.
+    final = load_file(run_dir / "model" / "model.safetensors")
+    again = load_file(exported / "model.safetensors")
+    assert final.keys() == again.keys()
+    assert all(torch.equal(final[name], again[name]) for name in final)
+    assert read_export_info(exported)["final"] is False  # type: ignore[index]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_evaluating_the_base_model_with_the_runs_config_reproduces_its_base_evaluation(
+    finished_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The base evaluation is kept prompt by prompt in the checkpoint: the same counts."""
+    run_dir, _ = finished_run
+    out = tmp_path / "base.json"
+    proc = _module(
+        "adarl.evaluate", "adarl/tiny-arithmetic", "--config", str(run_dir), "--out", str(out)
+    )
+    assert proc.returncode == 0, output_tail(proc)
+    record = json.loads(out.read_text())
+    base = load_checkpoint(run_dir / "checkpoints" / FINAL).objects["driver"]["base_eval"]
+    assert [p["correct"] for p in record["per_prompt"]] == base["correct"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert record["evaluation"] == summary["base_evaluation"]
