@@ -171,7 +171,28 @@ ARMS: tuple[Arm, ...] = (
                 "sp1_logit_cap32",
                 ("allocator.group.objective=logit", "allocator.max_samples_per_prompt=32"),
             ),
+            (
+                "sp1_logit_budget",
+                (
+                    "allocator.group.objective=logit",
+                    "allocator.rollouts_per_step=512",
+                    "allocator.prompts_per_step=32",
+                ),
+            ),
         )
+    ),
+    # The same first draw, then Seq-Balance(1, 1): a prompt with no negative samples on too.
+    Arm(
+        "sb11_logit_i8",
+        "ada_seq_balance",
+        (
+            "allocator.sequential.k_pos=1",
+            "allocator.sequential.k_neg=1",
+            "allocator.sequential.initial_samples=8",
+            "allocator.samples_per_prompt=8",
+            "allocator.group.group_size=null",
+            "allocator.group.objective=logit",
+        ),
     ),
     # History before rollout under GRPO's budget (issue 19): the published anchors and adarl's.
     Arm("greso", "greso"),
