@@ -145,12 +145,14 @@ def test_evaluating_the_final_checkpoint_reproduces_the_runs_final_evaluation(
     assert read_export_info(exported)["final"] is False  # type: ignore[index]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_evaluating_the_base_model_with_the_runs_config_reproduces_its_base_evaluation(
     finished_run: tuple[Path, str], tmp_path: Path
 ) -> None:
-    """The base evaluation is kept prompt by prompt in the checkpoint: the same counts."""
+    """The base evaluation is kept prompt by prompt in the checkpoint: the same counts. Heavy
+    (25-35 s, most of it importing vLLM in a second process): `make test` keeps the final
+    checkpoint's reproduction, which runs the same evaluation code."""
     run_dir, _ = finished_run
     out = tmp_path / "base.json"
     proc = _module(
