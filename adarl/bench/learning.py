@@ -172,6 +172,27 @@ ARMS: tuple[Arm, ...] = (
                 ("allocator.group.objective=logit", "allocator.max_samples_per_prompt=32"),
             ),
             (
+                "sp1_logit_n4_cap8",
+                (
+                    "allocator.group.objective=logit",
+                    "allocator.sequential.initial_samples=4",
+                    "allocator.samples_per_prompt=4",
+                    "allocator.max_samples_per_prompt=8",
+                ),
+            ),
+            (
+                "sp1_logit_n4_cap16",
+                (
+                    "allocator.group.objective=logit",
+                    "allocator.sequential.initial_samples=4",
+                    "allocator.samples_per_prompt=4",
+                ),
+            ),
+            (
+                "sp1_logit_cap12",
+                ("allocator.group.objective=logit", "allocator.max_samples_per_prompt=12"),
+            ),
+            (
                 "sp1_logit_budget",
                 (
                     "allocator.group.objective=logit",
