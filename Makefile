@@ -29,7 +29,7 @@ $(STAMP):
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m adarl.launch +experiment=ada_seq_balance $(ARGS)
+	$(BIN)/python -m adarl.launch +experiment=ada_coverage $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests -q $(ARGS)

@@ -33,9 +33,7 @@ from adarl.bench.learning_records import (
 )
 
 # The arm whose experiment `make run` runs (tests/unit/bench/test_coverage_report.py ties them).
-DEFAULT_ARM = "ada_seq_balance"
-# Published methods that target coverage (issue 30): compared, not targets.
-COVERAGE_ANCHORS = ("f_grpo", "passk_grpo", "pkpo_grpo", "hora_grpo")
+DEFAULT_ARM = "ada_coverage"
 FIGURES = {"coverage": "coverage_pass_at_k.png", "coverage_training": "coverage_training.png"}
 
 

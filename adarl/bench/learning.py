@@ -67,6 +67,9 @@ ARMS: tuple[Arm, ...] = (
     Arm("dapo", "dapo"),
     Arm("ada_seq_pos", "ada_seq_pos"),
     Arm("ada_seq_balance", "ada_seq_balance"),
+    # The make run default (issue 30): GRPO n = 8's draw, one-sided prompts sampled on until they
+    # hold both labels (cap 16), whole pools under logit p.
+    Arm("ada_coverage", "ada_coverage"),
     # The same sampler trained on whole pools (nothing drawn is discarded; issue 10).
     Arm("ada_seq_balance_whole_pool", "ada_seq_balance", ("allocator.group.group_size=null",)),
     Arm("reinforce_ada_reference", "reinforce_ada_reference"),
@@ -319,7 +322,6 @@ class Setting:
 REDUCED = Setting(
     name="reduced",
     arms=(
-        "grpo_n2",
         "grpo_n4",
         "grpo_n8",
         "grpo_n16",
@@ -328,6 +330,11 @@ REDUCED = Setting(
         "ada_est",
         "ada_seq_balance",
         "ada_curated",
+        "f_grpo",
+        "passk_grpo",
+        "pkpo",
+        "hora_grpo",
+        "ada_coverage",
     ),
     seeds=3,
     max_rollouts=40_000,
@@ -336,18 +343,20 @@ REDUCED = Setting(
     eval_samples_per_prompt=8,
     checkpoint_every_steps=25,
     why=(
-        "Why this reduced setting: 9 arms × 3 seeds must finish in about 40 minutes on a 2-core "
-        "machine, one run at a time. Measured here (issue 19): a run pays about 60 s before its "
-        "first step (process and Ray start, vLLM engine, DeepSpeed learner, the base "
-        "evaluation), then GRPO n = 4 trains its 40k rollouts in about 75 s of training clock. "
-        "The arms: GRPO at n = 2, 4, 8 and 16 (GRPO-best is the best of them), the published "
-        "curation anchors (GRESO's skip and Knapsack-RL's split, both under GRPO n = 4's budget "
-        "of 256 rollouts per step), Ada-Est, the Seq-Balance default and adarl's history-aware "
-        "allocation (ada_curated). No arm has a learning-rate warm-up (`learner.lr_warmup_steps=0` "
-        "for all): a warm-up counted in steps favours the arms that take more steps per rollout. "
-        "40k rollouts is 157 GRPO n = 4 steps of 64 prompts, about 3 visits per training prompt; "
-        "an evaluation every 5k rollouts on the standard held-out set (256 prompts × 8 samples at "
-        "T = 1) gives 9 points per curve."
+        "Why this reduced setting: 13 arms × 3 seeds on a 2-core machine. A run pays about 60 s "
+        "before its first step (process and Ray start, vLLM engine, DeepSpeed learner, the base "
+        "evaluation of 256 prompts × 64 samples), then trains its 40k rollouts in one to three "
+        "minutes. The arms (issue 30): GRPO at n = 4, 8 and 16 (GRPO-best is the best of them by "
+        "pass@1), the published curation anchors (GRESO's skip and Knapsack-RL's split, under "
+        "GRPO n = 4's budget) and adarl's history-aware allocation (ada_curated), Ada-Est, the "
+        "Seq-Balance default of the rounds before (ada_seq_balance, log p), the published "
+        "coverage anchors at GRPO n = 8's compute (F-GRPO, Pass@k Training, PKPO, HORA's "
+        "allocation) and adarl's coverage default (ada_coverage, make run). No arm has a "
+        "learning-rate warm-up (`learner.lr_warmup_steps=0` for all): a warm-up counted in steps "
+        "favours the arms that take more steps per rollout. An evaluation every 5k rollouts on "
+        "the standard held-out set (256 prompts × 8 samples at T = 1: pass@1 and pass@8) gives "
+        "9 points per curve; the base (step 0) and final evaluations draw 64 samples per prompt "
+        "with the same seeds (pass@k up to 64, base → final paired)."
     ),
 )
 FULL = Setting(
