@@ -19,6 +19,8 @@ task's data invalidates the cache without anyone remembering to.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import math
@@ -26,7 +28,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,7 +326,48 @@ def build_tiny_model_dir(
     if (final / BUILD_INFO_FILE).is_file():
         return final
     models_dir.mkdir(parents=True, exist_ok=True)
-    tmp = models_dir / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with _build_lock(models_dir / f".lock-{key}"):
+        if (final / BUILD_INFO_FILE).is_file():  # another builder finished while this one waited
+            return final
+        return _build(
+            final,
+            config=config,
+            key=key,
+            name=name,
+            data_fingerprint=data_fingerprint,
+            tokenizer=tokenizer,
+            train=train,
+            train_pairs=train_pairs,
+            auxiliary=auxiliary,
+        )
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """One builder of a model at a time on this machine (an advisory file lock): the others wait
+    and then find it built, instead of training the same warm start again. Across machines the
+    rename below still keeps a half-written model out of sight."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(
+    final: Path,
+    *,
+    config: TinyModelConfig,
+    key: str,
+    name: str,
+    data_fingerprint: str,
+    tokenizer: PreTrainedTokenizerFast,
+    train: Callable[[Qwen2ForCausalLM, PreTrainedTokenizerBase], Any] | None,
+    train_pairs: Callable[[], Sequence[tuple[str, str]]] | None,
+    auxiliary: Callable[[], Sequence[AuxiliaryPairs]] | None,
+) -> Path:
+    tmp = final.parent / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         previous_threads = torch.get_num_threads()
         torch.set_num_threads(config.sft_num_threads)

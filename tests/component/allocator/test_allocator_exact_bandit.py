@@ -2,9 +2,9 @@
 and the driver's own rollout phase (`adarl.bench.bandit.measure`): the mean gradient is the
 declared objective's exact gradient, and the samples drawn follow the draw rule's exact law.
 
-Power, stated once: for the default configuration every pass rate gets ≥ 4,480 independent
-prompt-steps, enough that the standard error of the effective weight is ≤ 5%/3 of the target at
-every p (asserted below), so a 5% bias in the weight would fail the 3-standard-error check.
+Power, stated once: for Seq-Balance under log p every pass rate gets 1,920 independent
+prompt-steps, enough that the standard error of the effective weight is ≤ 8%/3 of the target at
+every p (asserted below), so an 8% bias in the weight would fail the 3-standard-error check.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ def _allocator(*overrides: str) -> AllocatorConfig:
 
 
 @pytest.mark.slow
-def test_the_default_optimises_its_declared_gated_objective() -> None:
+def test_seq_balance_optimises_its_declared_gated_log_objective() -> None:
     """ada_seq_balance (Seq-Balance(2, 2), cap 16, selection correction for log p, unbiased p̂,
     max_overshoot_fraction 0.05): E[ĝ] = (1/p)·(1 - (1-p)^15)·∇p at every p, within 3 SE per
-    gradient component and for the effective weight; samples drawn within 2% of the exact
+    gradient component and for the effective weight; samples drawn within 3% of the exact
     E[N] of the draw rule."""
     config = _allocator("+experiment=ada_seq_balance")
     checks = measure(
         config,
         pass_rates=PASS_RATES,
         prompts_per_rate=64,
-        steps=70,
+        steps=30,
         latency=LatencyModel(engines=1, slots=256),
         seed=1,
     )
@@ -50,11 +50,11 @@ def test_the_default_optimises_its_declared_gated_objective() -> None:
     for check in checks:
         target = float(log_gate(check.p, max_samples=cap)) / check.p
         assert check.implied_weight == pytest.approx(target, rel=1e-9)  # declared = implied
-        assert check.se_effective_weight <= 0.05 / 3 * target, check  # the test's power
+        assert check.se_effective_weight <= 0.08 / 3 * target, check  # the test's power
         assert abs(check.effective_weight - target) <= 3 * check.se_effective_weight, check
         assert np.all(np.abs(check.z_scores) <= 3), check
         assert check.expected_samples is not None
-        assert check.samples_drawn == pytest.approx(check.expected_samples, rel=0.02), check
+        assert check.samples_drawn == pytest.approx(check.expected_samples, rel=0.03), check
         # ...and the draws cost at most 1.15x the one-at-a-time rule's samples.
         one_at_a_time = terminal_counts(
             check.p, k_pos=2, k_neg=2, max_samples=cap
@@ -133,25 +133,18 @@ def test_every_correction_optimises_its_implied_objective(
 @pytest.mark.parametrize(
     "overrides",
     [
-        (),
-        (
-            "allocator.sequential.k_pos=1",
-            "allocator.sequential.k_neg=1",
-            "allocator.group.group_size=2",
-        ),
-        ("allocator.group.group_size=null",),
+        ("+experiment=ada_seq_balance", "allocator.group.objective=logit"),
+        ("+experiment=ada_coverage",),
     ],
-    ids=["seq_balance_2_2", "seq_balance_1_1", "whole_pool"],
+    ids=["seq_balance_2_2_groups_of_4", "the_default"],
 )
 def test_logit_needs_no_pass_rate_estimate_and_holds_exactly(overrides: tuple[str, ...]) -> None:
     """objective=logit: h = w·p(1-p) = 1, so A± = ±n/n± with no p̂ at all, and E[ĝ] =
-    (1 - p^16 - (1-p)^16)/(p(1-p))·∇p at every p (the cap's gate; docs/algorithms.md §Coverage),
-    for Seq-Balance(2, 2) groups of 4, Seq-Balance(1, 1) groups of 2 and whole pools. Power:
-    1,280 prompt-steps per p and the SE of the effective weight ≤ 8%/3 of the target (asserted),
-    so an 8% bias fails."""
-    config = _allocator(
-        "+experiment=ada_seq_balance", "allocator.group.objective=logit", *overrides
-    )
+    (1 - p^16 - (1-p)^16)/(p(1-p))·∇p at every p (the cap's gate; docs/algorithms.md §13.2),
+    for Seq-Balance(2, 2) groups of 4 and for the make run default (a first draw of 8, then
+    Seq-Balance(1, 1) on whole pools). Power: 1,280 prompt-steps per p and the SE of the effective
+    weight ≤ 8%/3 of the target (asserted), so an 8% bias fails."""
+    config = _allocator(*overrides)
     checks = measure(
         config,
         pass_rates=PASS_RATES,
