@@ -40,10 +40,26 @@ def char_vocab() -> dict[str, int]:
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """The character tokenizer; deterministic, so every build has the same ids."""
-    vocab = char_vocab()
+    # "." leaves a newline unmatched: the built-in task has none, and its ids stay as they were.
+    return _char_tokenizer(char_vocab(), piece=".")
+
+
+def build_task_char_tokenizer(characters: str) -> PreTrainedTokenizerFast:
+    """A character tokenizer whose vocabulary is the special tokens, then `characters` (each
+    distinct one once, in code-point order): the vocabulary of a task's own text
+    (adarl/models/task_warm_start.py). A character outside it, such as one that appears only in
+    held-out prompts, encodes as `<unk>`. Every character is its own piece, newlines included."""
+    tokens = [*SPECIAL_TOKENS, *sorted(set(characters) - set(SPECIAL_TOKENS))]
+    # [\s\S], not ".": Oniguruma's "." does not match a newline, which would leave "\n\n" as one
+    # unknown piece.
+    return _char_tokenizer({token: index for index, token in enumerate(tokens)}, piece=r"[\s\S]")
+
+
+def _char_tokenizer(vocab: dict[str, int], *, piece: str) -> PreTrainedTokenizerFast:
+    """Every match of `piece` (one character) is its own token; `<bos>` starts every encoding."""
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
-    # Every character is its own piece, spaces included ("isolated" keeps the matched char).
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    # Each character its own piece, spaces included ("isolated" keeps the matched char).
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(piece), behavior="isolated")
     backend.decoder = decoders.Fuse()
     backend.post_processor = processors.TemplateProcessing(
         single=f"{BOS_TOKEN} $A",
@@ -57,35 +73,6 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         eos_token=EOS_TOKEN,
         unk_token=UNK_TOKEN,
         padding_side="left",  # generation pads on the left so every prompt ends at the same column
-        clean_up_tokenization_spaces=False,
-        model_max_length=1 << 16,
-    )
-
-
-def build_task_char_tokenizer(characters: str) -> PreTrainedTokenizerFast:
-    """A character tokenizer whose vocabulary is the special tokens, then `characters` (each
-    distinct one once, in code-point order): the vocabulary of a task's own text
-    (adarl/models/task_warm_start.py). A character outside it, such as one that appears only in
-    held-out prompts, encodes as `<unk>`. Every character is its own piece, newlines included."""
-    tokens = [*SPECIAL_TOKENS, *sorted(set(characters) - set(SPECIAL_TOKENS))]
-    vocab = {token: index for index, token in enumerate(tokens)}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK_TOKEN))
-    # [\s\S], not ".": Oniguruma's "." does not match a newline, which would leave "\n\n" as one
-    # unknown piece.
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    backend.post_processor = processors.TemplateProcessing(
-        single=f"{BOS_TOKEN} $A",
-        pair=f"{BOS_TOKEN} $A $B",
-        special_tokens=[(BOS_TOKEN, vocab[BOS_TOKEN])],
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=PAD_TOKEN,
-        bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=UNK_TOKEN,
-        padding_side="left",
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 16,
     )
