@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from adarl.bench import learning
 from adarl.bench.learning import (
     ARMS,
-    FULL,
+    MAKE_RUN,
     REDUCED,
     RunState,
     Setting,
@@ -106,14 +106,14 @@ def test_progress_reads_the_last_complete_row_of_a_growing_metrics_file(tmp_path
 def test_every_arm_launches_a_valid_config_with_the_settings_budget(
     arm: learning.Arm, tmp_path: Path
 ) -> None:
-    overrides = run_overrides(arm, 2, FULL, tmp_path / "run")
+    overrides = run_overrides(arm, 2, MAKE_RUN, tmp_path / "run")
     assert overrides[-1] == f"hydra.run.dir={(tmp_path / 'run').resolve()}"
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         config = load_config(compose(config_name="config", overrides=overrides[:-1]))
     assert config.seed == 2
-    assert config.trainer.max_rollouts == FULL.max_rollouts
-    assert config.trainer.total_steps >= FULL.max_rollouts  # the budget ends the run first
-    assert config.eval.every_rollouts == FULL.eval_every_rollouts
+    assert config.trainer.max_rollouts == MAKE_RUN.max_rollouts
+    assert config.trainer.total_steps >= MAKE_RUN.max_rollouts  # the budget ends the run first
+    assert config.eval.every_rollouts == MAKE_RUN.eval_every_rollouts
     assert config.eval.every_steps == 0
     assert config.checkpoint.resume == "auto"
     if arm.experiment == "grpo":
@@ -143,8 +143,8 @@ def test_the_comparisons_warm_up_is_zero_across_methods_and_each_arms_own_within
 
 def test_settings_name_their_bad_input() -> None:
     REDUCED.validate()
-    FULL.validate()
-    assert set(FULL.arms) == {arm.label for arm in ARMS}
+    MAKE_RUN.validate()
+    assert set(MAKE_RUN.arms) <= set(REDUCED.arms) <= {arm.label for arm in ARMS}
     with pytest.raises(ValueError, match=r"unknown arm 'nope'.*add one to ARMS"):
         _setting(arms=("nope",)).validate()
     with pytest.raises(ValueError, match="no GRPO arm"):
