@@ -75,7 +75,8 @@ def test_a_reasoning_gym_task_runs_end_to_end_with_the_embedded_policy(tmp_path:
     assert set(tokenizer.get_vocab()) - {"<pad>", "<bos>", "<eos>", "<unk>"} == characters
     assert all(e.task == "reasoning_gym" for e in train)
     assert {e.difficulty for e in train} == {2.0, 3.0}  # num_terms, from the metadata
-    info = [read_build_info(p) for p in (tmp_path / "cache" / "models").iterdir()]
+    models = [p for p in (tmp_path / "cache" / "models").iterdir() if not p.name.startswith(".")]
+    info = [read_build_info(p) for p in models]
     assert len(info) == 1 and info[0]["data_fingerprint"].startswith("task:")
 
 

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,19 +74,62 @@ def test_build_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_a_rival_build_that_finishes_first_wins(tmp_path: Path, monkeypatch) -> None:
+    """Across machines no lock is shared: a builder that finds the model renamed into place
+    while it trained keeps the rival's copy and discards its own."""
     real_warm_start = tiny.warm_start
     rival: list[str] = []
 
     def racing_warm_start(*args, **kwargs):
-        if not rival:  # while we train, another process completes the same build
+        if not rival:  # while we train, another machine completes the same build
             rival.append("building")
             rival[0] = resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)
         return real_warm_start(*args, **kwargs)
 
     monkeypatch.setattr(tiny, "warm_start", racing_warm_start)
+    monkeypatch.setattr(tiny, "_build_lock", lambda path: contextlib.nullcontext())
     path = resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)
     assert path == rival[0]
     assert [p.name for p in (tmp_path / "models").iterdir()] == [Path(path).name]
+
+
+def test_a_builder_that_waits_on_the_lock_reuses_the_first_build(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """On one machine the file lock serialises builders: the second waits while the first
+    trains, then finds the model built and trains nothing."""
+    real_warm_start = tiny.warm_start
+    training = threading.Event()
+    release = threading.Event()
+    trained: list[int] = []
+
+    def slow_warm_start(*args, **kwargs):
+        trained.append(threading.get_ident())
+        training.set()
+        assert release.wait(timeout=60)
+        return real_warm_start(*args, **kwargs)
+
+    monkeypatch.setattr(tiny, "warm_start", slow_warm_start)
+    paths: dict[str, str] = {}
+
+    def build(name: str) -> None:
+        paths[name] = resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path, tiny=MICRO)
+
+    first = threading.Thread(target=build, args=("first",))
+    first.start()
+    assert training.wait(timeout=60)
+    second = threading.Thread(target=build, args=("second",))
+    second.start()
+    second.join(timeout=1.0)
+    assert second.is_alive()  # blocked on the lock, not training a second copy
+    release.set()
+    first.join(timeout=120)
+    second.join(timeout=120)
+    assert not first.is_alive() and not second.is_alive()
+    assert paths["first"] == paths["second"]
+    assert len(trained) == 1
+    assert [p.name for p in (tmp_path / "models").iterdir() if not p.name.startswith(".")] == [
+        Path(paths["first"]).name
+    ]
 
 
 def test_cache_dir_env_and_default(tmp_path: Path, monkeypatch) -> None:
