@@ -242,6 +242,7 @@ def build_evaluator(config: AdarlConfig, tokenizer: Any) -> Evaluator:
         completions_to_log=config.eval.completions_to_log,
         seed=seed_or_default(config.eval.seed),
         train_examples=prompts.examples,
+        verifier=verifier,
     )
 
 

@@ -97,6 +97,11 @@ def _format_pass_at_k(summary: RunSummary) -> str:
             f"    pass@{k:<3} {100 * base['pass_at_k'][str(k)]:5.1f}% -> "
             f"{100 * final['pass_at_k'][str(k)]:5.1f}%{guessed}"
         )
+    constant = final.get("best_constant")
+    if constant is not None:  # a policy that learned only the answers' prior scores this
+        lines.append(
+            f"    best constant answer {constant['answer']!r}: {100 * constant['accuracy']:.1f}%"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -196,6 +196,7 @@ class TrainingSession:
                 completions_to_log=config.eval.completions_to_log,
                 seed=seed_or_default(config.eval.seed),
                 train_examples=self.prompts.examples,  # the guesser draws their answers
+                verifier=verifier,  # and the best constant answer is scored by the task's own
             )
         else:
             log.warning(
@@ -483,7 +484,9 @@ class TrainingSession:
                         "tokens_generated": driver.tokens_generated,
                         "timing_total_s": dict(driver.timer.total_seconds),
                         "wall_s": self.wall_s(),
-                        "base_eval": None if self.base_eval is None else self.base_eval.__dict__,
+                        "base_eval": (
+                            None if self.base_eval is None else self.base_eval.state_dict()
+                        ),
                     },
                 },
             )
@@ -503,7 +506,7 @@ class TrainingSession:
             driver.timer.total_seconds[name] = float(seconds)
         self.previous_wall_s = float(state["wall_s"])
         if state["base_eval"] is not None:
-            self.base_eval = EvalResult(**state["base_eval"])
+            self.base_eval = EvalResult.from_state_dict(state["base_eval"])
         self.start_step = int(state["step"])
         driver.sync_weights()  # engines start from the restored policy, not the initial one
         log.info("resumed from %s at step %d", path, self.start_step)

@@ -12,6 +12,8 @@ every run of a root seed, draws with the same seeds. It reports (adarl/evaluatio
     eval/pass@K_above_guess      pass@K − the guesser's: what the policy covers beyond chance
     eval/pass@K_by_difficulty/L  and eval/guess_pass@K_by_difficulty/L, per level L
     eval/greedy_accuracy         one greedy sample per prompt (`eval.greedy`)
+    eval/best_constant_accuracy  the training split's most common answer, always given, scored
+                                 by the task's verifier: learning means beating it
 
 The base evaluation (step 0) and the final one draw `eval.final_samples_per_prompt` samples (64 by
 default), with the same seeds, so base → final is paired; the evaluations in between draw
@@ -28,7 +30,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from adarl.evaluation.passk import guess_hit_rates, guess_pass_at_k, pass_at_k, pass_at_k_ks
+from adarl.reward.base import Verifier
 from adarl.rollout.codec import PromptCodec
+from adarl.tasks.baselines import ConstantAnswer, best_constant_answer
 from adarl.types import (
     GenerationRequest,
     GenerationResult,
@@ -91,10 +95,28 @@ class EvalResult:
     correct: list[int] = field(default_factory=list)  # [P] correct samples per prompt
     levels: list[str] = field(default_factory=list)  # [P] difficulty labels
     guess_rates: list[float] = field(default_factory=list)  # [P] guesser's hit probability
+    # The training split's most common answer, always given, scored on these prompts by the
+    # task's verifier (adarl/tasks/baselines.py): learning means beating it. None without one.
+    best_constant: ConstantAnswer | None = None
 
     @property
     def ks(self) -> tuple[int, ...]:
         return pass_at_k_ks(self.samples_per_prompt)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain containers only, so a checkpoint loads it with `torch.load(weights_only=True)`."""
+        constant = self.best_constant
+        return {**self.__dict__, "best_constant": None if constant is None else constant._asdict()}
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> EvalResult:
+        constant = state.get("best_constant")  # absent from checkpoints of older runs
+        return cls(
+            **{
+                **state,
+                "best_constant": None if constant is None else ConstantAnswer(**constant),
+            }
+        )
 
     def pass_at_k(self, *, level: str | None = None) -> dict[int, float]:
         """Mean unbiased pass@K over the prompts (of one level), for every reported K."""
@@ -132,6 +154,7 @@ class EvalResult:
             "guess_pass_at_k": {str(k): v for k, v in guess.items()},
             "coverage": self.coverage,
             "greedy_accuracy": self.greedy_accuracy,
+            "best_constant": None if self.best_constant is None else self.best_constant._asdict(),
             "by_level": {
                 level: {
                     "num_prompts": self.levels.count(level),
@@ -161,6 +184,8 @@ class EvalResult:
                     out[f"eval/guess_pass@{k}"] = guess[k]
                     out[f"eval/pass@{k}_above_guess"] = value - guess[k]
             out["eval/coverage"] = self.coverage
+        if self.best_constant is not None:
+            out["eval/best_constant_accuracy"] = self.best_constant.accuracy
             for level in sorted(set(self.levels), key=_level_key):
                 level_guess = self.guess_pass_at_k(level=level)
                 for k, value in self.pass_at_k(level=level).items():
@@ -196,9 +221,15 @@ class Evaluator:
     completions_to_log: int
     seed: int
     train_examples: Sequence[TaskExample] = ()
+    verifier: Verifier | None = None  # with train_examples: the best constant answer's accuracy
     guess_rates: list[float] = field(init=False, default_factory=list)
+    best_constant: ConstantAnswer | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.train_examples and self.examples and self.verifier is not None:
+            self.best_constant = best_constant_answer(
+                self.train_examples, self.examples, self.verifier
+            )
         if self.train_examples and self.examples:
             self.guess_rates = [
                 float(g)
@@ -277,6 +308,7 @@ class Evaluator:
             correct=correct,
             levels=levels,
             guess_rates=list(self.guess_rates),
+            best_constant=self.best_constant,
         )
 
     def _sample(

@@ -3,13 +3,16 @@ scripted fake engine: training metrics count training rollouts only, names never
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 
 from adarl.allocator import build_allocator
 from adarl.config.allocator import AllocatorConfig, GroupConfig
 from adarl.driver import collect_groups, merge_metrics
-from adarl.evaluation import Evaluator, eval_reward_metrics
+from adarl.evaluation import EvalResult, Evaluator, eval_reward_metrics
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
@@ -106,6 +109,28 @@ def test_evaluation_reports_accuracy_by_difficulty(world) -> None:
     assert metrics["eval/accuracy_by_difficulty/1"] == 1.0
     assert metrics["eval/accuracy_by_difficulty/2"] == 1.0
     assert metrics["eval/num_prompts"] == 8.0
+
+
+def test_evaluation_reports_the_best_constant_answer_and_checkpoints_it(world, tmp_path) -> None:
+    _, held_out, codec, rollout, rewards = world
+    # Training answers: "200" three times, "400" twice. Held-out answers are 2i for i in 100..103
+    # and 200..203, so "200" is right on exactly one of the 8 held-out prompts.
+    train = [
+        TaskExample(prompt_id=f"t{i}", prompt=f"t{i}", answer=a, task="arithmetic")
+        for i, a in enumerate(["200", "400", "200", "400", "200"])
+    ]
+    evaluator = dataclasses.replace(
+        _evaluator(held_out, codec), train_examples=train, verifier=ExactMatchVerifier()
+    )
+    result = evaluator.evaluate(rollout, rewards, step=0)
+    assert result.best_constant == ("200", 1 / 8)
+    assert result.metrics()["eval/best_constant_accuracy"] == 1 / 8
+    assert result.table()["best_constant"] == {"answer": "200", "accuracy": 1 / 8}
+    # The checkpoint loads object pieces with weights_only=True: plain containers only.
+    torch.save(result.state_dict(), tmp_path / "eval.pt")
+    restored = EvalResult.from_state_dict(torch.load(tmp_path / "eval.pt", weights_only=True))
+    assert restored == result
+    assert _evaluator(held_out, codec).evaluate(rollout, rewards, step=0).best_constant is None
 
 
 def test_merge_metrics_names_both_components_of_a_collision() -> None:
