@@ -184,14 +184,14 @@ class EvalResult:
                     out[f"eval/guess_pass@{k}"] = guess[k]
                     out[f"eval/pass@{k}_above_guess"] = value - guess[k]
             out["eval/coverage"] = self.coverage
-        if self.best_constant is not None:
-            out["eval/best_constant_accuracy"] = self.best_constant.accuracy
             for level in sorted(set(self.levels), key=_level_key):
                 level_guess = self.guess_pass_at_k(level=level)
                 for k, value in self.pass_at_k(level=level).items():
                     out[f"eval/pass@{k}_by_difficulty/{level}"] = value
                     if k in level_guess:
                         out[f"eval/guess_pass@{k}_by_difficulty/{level}"] = level_guess[k]
+        if self.best_constant is not None:
+            out["eval/best_constant_accuracy"] = self.best_constant.accuracy
         return {**out, **self.cost_metrics}
 
 

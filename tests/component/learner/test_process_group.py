@@ -17,10 +17,14 @@ from .conftest import small_batch
 
 @pytest.mark.slow
 def test_learner_shares_an_existing_one_process_world(tiny_policy_dir: str) -> None:
-    assert not dist.is_initialized()
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
-    )
+    # In a test process that already ran an in-process vLLM engine the world exists: that is
+    # the case itself. Otherwise this test makes it, as such an engine would, and removes it.
+    made_here = not dist.is_initialized()
+    if made_here:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+        )
+    assert dist.get_world_size() == 1
     try:
         group = LearnerGroup(in_process=True, model_path=tiny_policy_dir, zero_stage=3)
         try:
@@ -32,4 +36,5 @@ def test_learner_shares_an_existing_one_process_world(tiny_policy_dir: str) -> N
         with pytest.raises(ValueError, match="one learner"):
             LearnerGroup(in_process=True, num_learners=2, model_path=tiny_policy_dir)
     finally:
-        dist.destroy_process_group()
+        if made_here:
+            dist.destroy_process_group()
