@@ -260,7 +260,10 @@ def outcome(phase: RolloutPhase) -> list[tuple]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("run", range(5))
+# Five kill moments; the first two in make test, all five with `pytest -m "heavy or not heavy"`.
+@pytest.mark.parametrize(
+    "run", [0, 1, *(pytest.param(r, marks=pytest.mark.heavy) for r in range(2, 5))]
+)
 def test_a_step_survives_an_engine_kill_with_every_prompt_accounted_once(
     step_pool: RolloutPool, run: int
 ) -> None:

@@ -32,7 +32,9 @@ PROBLEMS = [
 RESPONSE_TOKENS = 1024
 
 
-@pytest.mark.slow
+# Heavy: the suite's longest test (a 3-minute build and three 1,024-token steps), outside make
+# test's 10 minutes; `pytest -m heavy tests/e2e/test_mid_model.py`.
+@pytest.mark.heavy
 @pytest.mark.timeout(900)
 def test_mid_model_trains_three_steps_with_long_chat_responses(tmp_path: Path) -> None:
     data = tmp_path / "train.jsonl"

@@ -31,7 +31,9 @@ def _allocator(*overrides: str) -> AllocatorConfig:
     return load_config(config).allocator
 
 
-@pytest.mark.slow
+# Heavy: Seq-Balance under log p is also proved by the corrections test below (3 pass rates); this
+# is the 7-rate, 8%-power version, outside make test's time.
+@pytest.mark.heavy
 def test_seq_balance_optimises_its_declared_gated_log_objective() -> None:
     """ada_seq_balance (Seq-Balance(2, 2), cap 16, selection correction for log p, unbiased p̂,
     max_overshoot_fraction 0.05): E[ĝ] = (1/p)·(1 - (1-p)^15)·∇p at every p, within 3 SE per

@@ -49,7 +49,8 @@ def _stale(config: AllocatorConfig, *, tis_cap: float = 2.0) -> list[WeightCheck
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("experiment", ["rloo", "grpo"])
+# RLOO's f = p is the same identity without the gate: heavy tier, outside make test's time.
+@pytest.mark.parametrize("experiment", [pytest.param("rloo", marks=pytest.mark.heavy), "grpo"])
 def test_uniform_groups_on_stale_samples_follow_the_current_policys_objective(
     experiment: str,
 ) -> None:
@@ -62,7 +63,7 @@ def test_uniform_groups_on_stale_samples_follow_the_current_policys_objective(
         assert np.all(np.abs(check.z_scores) <= 3), check
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the negative control: run with `pytest -m heavy`, outside make test's time
 def test_without_up_weighting_the_check_fails() -> None:
     """Cap 1: samples π favours more than μ keep weight 1, so at p = 0.1 (μ = 0.069) the
     gradient falls short of ∇p by more than 3 SE: the test above can fail."""
@@ -71,7 +72,7 @@ def test_without_up_weighting_the_check_fails() -> None:
     assert low.implied_weight - low.effective_weight > 3 * low.se_effective_weight, low
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # Seq-Balance (no longer make run's default): outside make test's time
 def test_the_default_on_stale_samples_optimises_its_weight_at_the_behaviour_pass_rate() -> None:
     """Seq-Balance decides how many samples to draw, and its 1/p̃ correction, from μ's outcomes;
     the importance weight corrects the direction only. Measured: E[ĝ] = w(p_μ)·∇p, the declared
