@@ -211,6 +211,7 @@ def build_evaluator(config: AdarlConfig, tokenizer: Any) -> Evaluator:
     from adarl.models.loading import model_max_positions
     from adarl.reward.registry import build_verifier
     from adarl.rollout.codec import build_prompt_check, build_prompt_codec
+    from adarl.tasks.baselines import constant_answer_applies
     from adarl.tasks.build import build_prompt_source, build_test_examples
 
     verifier = build_verifier(config.task.verifier_name, config.reward)
@@ -242,7 +243,7 @@ def build_evaluator(config: AdarlConfig, tokenizer: Any) -> Evaluator:
         completions_to_log=config.eval.completions_to_log,
         seed=seed_or_default(config.eval.seed),
         train_examples=prompts.examples,
-        verifier=verifier,
+        verifier=verifier if constant_answer_applies(config.task.verifier_name) else None,
     )
 
 

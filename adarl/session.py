@@ -51,6 +51,7 @@ from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.hint_service import build_hints
 from adarl.rollout.pool import build_rollout_pool
 from adarl.run_summary import RunSummary
+from adarl.tasks.baselines import constant_answer_applies
 from adarl.tasks.build import build_prompt_source, build_test_examples
 from adarl.weight_sync.build import build_weight_sync
 
@@ -196,7 +197,8 @@ class TrainingSession:
                 completions_to_log=config.eval.completions_to_log,
                 seed=seed_or_default(config.eval.seed),
                 train_examples=self.prompts.examples,  # the guesser draws their answers
-                verifier=verifier,  # and the best constant answer is scored by the task's own
+                # ...and the best constant answer is scored by the task's own verifier
+                verifier=verifier if constant_answer_applies(config.task.verifier_name) else None,
             )
         else:
             log.warning(

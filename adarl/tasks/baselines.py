@@ -16,6 +16,15 @@ from typing import NamedTuple
 from adarl.reward.base import Verifier
 from adarl.types import TaskExample
 
+# Verifiers whose answers are programs: one fixed program run against every held-out prompt's
+# tests is a sandbox per prompt at start-up, and not what "the answers' prior" means.
+NO_CONSTANT_ANSWER_VERIFIERS = frozenset({"code"})
+
+
+def constant_answer_applies(verifier_name: str) -> bool:
+    """Whether a run on `verifier_name` reports the best constant answer."""
+    return verifier_name not in NO_CONSTANT_ANSWER_VERIFIERS
+
 
 class ConstantAnswer(NamedTuple):
     """The constant answer and its held-out accuracy (mean verifier reward over the held-out

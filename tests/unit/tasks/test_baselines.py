@@ -45,3 +45,11 @@ def test_empty_splits_are_refused() -> None:
         best_constant_answer(_examples("1", "t"), [], ExactMatchVerifier())
     with pytest.raises(ValueError, match="training"):
         best_constant_answer([], _examples("1", "h"), ExactMatchVerifier())
+
+
+def test_runs_report_a_constant_answer_except_for_programs() -> None:
+    from adarl.reward.registry import verifier_names
+    from adarl.tasks.baselines import constant_answer_applies
+
+    assert not constant_answer_applies("code")
+    assert all(constant_answer_applies(n) for n in verifier_names() if n != "code")
