@@ -371,7 +371,7 @@ MAKE_RUN = Setting(
     why=(
         "The make_run setting runs at `make run`'s budget, 180k training rollouts (the default "
         "stops there), the default against GRPO n = 4, 8 and 16 and the best coverage and "
-        "curation anchors of the reduced setting by final pass@1: HORA's allocation (22.8% at "
+        "curation anchors of the reduced setting by final pass@1: HORA's allocation (22.7% at "
         "40k, F-GRPO 22.6%) and Knapsack-RL (21.7%; GRESO's 21.9% is a tie by the spread, and "
         "its skip probing takes 4x GRPO's rollout time here), with an evaluation every 22.5k "
         "rollouts: 5-12 minutes per run here."
