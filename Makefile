@@ -32,11 +32,13 @@ run: $(STAMP)
 	$(BIN)/python -m adarl.launch +experiment=ada_coverage $(ARGS)
 
 # Two workers, one file each at a time (a file's module fixtures, e.g. its Ray cluster, stay in
-# one process): the suite's wall time nearly halves on two cores.
+# one process), in the collection order tests/conftest.py sets (long files first; xdist would
+# otherwise order files by their number of tests). The suite is CPU-bound, so two workers on two
+# cores gain less than 2x (docs/operations.md, Tests).
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(ARGS)
