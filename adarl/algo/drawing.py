@@ -222,7 +222,12 @@ class DrawRule:
 
     def _chunk(self, positives: int, negatives: int, history: tuple[float, float]) -> int:
         room = self.rule.max_samples - positives - negatives
-        floor = self.rule.min_additional(positives, negatives)
+        # The fewest samples the exit needs, but never past the earliest draw at which the rule
+        # could stop another way (futility once the pool turns mixed), so ε = 0 never overshoots.
+        floor = min(
+            self.rule.min_additional(positives, negatives),
+            _earliest_stop(self.rule, positives, negatives),
+        )
         if positives + negatives == 0 and self.initial_samples is not None:
             floor = max(floor, min(self.initial_samples, room))
         epsilon = self.max_overshoot_fraction
@@ -256,6 +261,15 @@ class DrawRule:
             if horizon >= room:
                 return room
             horizon = min(room, 2 * horizon)
+
+
+def _earliest_stop(rule: StoppingRule, positives: int, negatives: int) -> int:
+    """Fewest further samples after which the rule can have stopped, by any outcome."""
+    room = rule.max_samples - positives - negatives
+    for extra in range(1, room + 1):
+        if any(rule.stops(positives + j, negatives + extra - j) for j in range(extra + 1)):
+            return extra
+    return room
 
 
 @lru_cache(maxsize=65_536)
