@@ -188,10 +188,20 @@ def test_a_stage_past_its_limit_is_killed_with_its_children(tmp_path: Path) -> N
     assert "killed at its 15 s limit" in (tmp_path / "hang.log").read_text()
     pid, stat = marker.read_text().split(" ", 1)
     status = Path(f"/proc/{pid}/stat")
-    # Gone (its pid free or another process's), or a zombie no parent reaps: it no longer runs.
-    if status.exists():
+
+    def still_runs() -> bool:
+        # Gone (its pid free or another process's), or a zombie no parent reaps: it no longer runs.
+        if not status.exists():
+            return False
         now = status.read_text()
-        assert _start_time(now) != _start_time(stat) or now.rsplit(")", 1)[1].split()[0] == "Z"
+        return _start_time(now) == _start_time(stat) and now.rsplit(")", 1)[1].split()[0] != "Z"
+
+    # SIGKILL is delivered asynchronously: on a loaded machine the child can still show as
+    # running for a moment after the stage returns (measured), so allow it a few seconds.
+    deadline = time.monotonic() + 10.0
+    while still_runs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not still_runs()
 
 
 def test_the_pytest_summary_names_failures_and_counts(tmp_path: Path) -> None:
