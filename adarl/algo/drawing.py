@@ -14,7 +14,8 @@ prices chunks explicitly (seed 001 §"decouple the sampling budget"; MATH.md §S
 
 i.e. a draw's expected waste is at most ε times the samples of the pool that are useful: the N
 already drawn (none was wasted, or the rule would have stopped) plus the draw's own useful ones;
-m is the fewest samples after which the rule could stop resolved (`StoppingRule.min_additional`).
+m is the fewest samples after which the rule could stop resolved (`StoppingRule.min_additional`),
+or fewer when it could stop sooner another way (futility, once the pool turns mixed).
 Expectations are under the posterior predictive of the prompt's outcomes: a prior over p on a grid
 (`PassRatePrior`, Jeffreys by default) updated with the prompt's counts and its history. Only the
 draw in which the rule stops wastes anything, so under the model the sampler draws about
