@@ -380,6 +380,8 @@ def measure_embedded(work_dir: Path, sizes: Sizes, *, dry_run: bool) -> dict[str
         "cluster=in_process",
         "rollout=hf",
         f"rollout.device={device}",
+        # The learner beside the engine, as a one-GPU user runs it (in-process: one device).
+        f"cluster.gpus_per_learner={1 if device.startswith('cuda') else 0}",
         f"trainer.total_steps={sizes.embedded_steps}",
         "eval.every_steps=0",
         "logger.mode=disabled",
@@ -545,11 +547,15 @@ def format_section(report: dict[str, Any]) -> str:
     parts = report["parts"]
     sizes = report["sizes"]
 
+    def failed(part: str) -> str | None:
+        """The part's error, once per row, when it did not pass."""
+        if part not in parts:
+            return "not run in this call"
+        result = parts[part]
+        return None if result.get("ok") else f"failed: {result.get('error') or 'not run'}"
+
     def cell(part: str, *keys: str, unit: str = "") -> str:
-        result = parts.get(part, {})
-        if not result.get("ok"):
-            return f"failed: {result.get('error') or 'not run'}"
-        value = _value(result, *keys)
+        value = _value(parts.get(part, {}), *keys)
         return (
             "–"
             if value is None
@@ -569,14 +575,19 @@ def format_section(report: dict[str, Any]) -> str:
         + (f" ({report['gpu_memory_gib']} GiB)" if report.get("gpu_memory_gib") else ""),
         f"- versions: Python {report['python']}, torch {report['torch']} (CUDA {report['cuda']}), "
         f"transformers {report['transformers']}, deepspeed {report['deepspeed']}",
-        f"- model: {cell('build', 'parameters')} parameters",
+        f"- model: {failed('build') or cell('build', 'parameters') + ' parameters'}",
         "",
         "| what | setting | result |",
         "|---|---|---|",
         f"| HF engine sampling | {sizes['prompts']} prompts × {sizes['samples_per_prompt']} "
         f"samples × {sizes['new_tokens']} new tokens, one call | "
-        f"{cell('engine', 'tokens_per_s')} tokens/s ({cell('engine', 'seconds', unit=' s')}), "
-        f"peak {cell('engine', 'peak_memory_gib', unit=' GiB')} |",
+        + (
+            failed("engine")
+            or f"{cell('engine', 'tokens_per_s')} tokens/s "
+            f"({cell('engine', 'seconds', unit=' s')}), "
+            f"peak {cell('engine', 'peak_memory_gib', unit=' GiB')}"
+        )
+        + " |",
     ]
     sequences = sizes["learner_prompts"] * sizes["learner_samples_per_prompt"]
     embedded = " ".join(_value(parts.get("embedded", {}), "overrides") or ["+experiment=..."])
@@ -587,18 +598,30 @@ def format_section(report: dict[str, Any]) -> str:
             f" sequences × {sizes['response_tokens']} response tokens, ≤ "
             f"{sizes['max_tokens_per_micro_batch']:,} tokens per micro-batch, chunked log-probs "
             f"({sizes['logprob_chunk_tokens']}), activation checkpointing | "
-            f"{cell(part, 'step_s', unit=' s')} per step "
-            f"({cell(part, 'response_tokens_per_s')} response tokens/s), peak "
-            f"{cell(part, 'peak_memory_gib', unit=' GiB')} |"
+            + (
+                failed(part)
+                or f"{cell(part, 'step_s', unit=' s')} per step "
+                f"({cell(part, 'response_tokens_per_s')} response tokens/s), peak "
+                f"{cell(part, 'peak_memory_gib', unit=' GiB')}"
+            )
+            + " |"
         )
     lines += [
-        f"| weight push learner (ZeRO-3) → HF engine | in-process, object-store path | "
-        f"{cell('zero3', 'push', 'seconds', unit=' s')}; weights max error "
-        f"{cell('zero3', 'push', 'weights_max_abs_error')}, log-prob max error "
-        f"{cell('zero3', 'push', 'logprob_max_abs_error')} |",
+        "| weight push learner (ZeRO-3) → HF engine | in-process, object-store path | "
+        + (
+            failed("zero3")
+            or f"{cell('zero3', 'push', 'seconds', unit=' s')}; weights max error "
+            f"{cell('zero3', 'push', 'weights_max_abs_error')}, log-prob max error "
+            f"{cell('zero3', 'push', 'logprob_max_abs_error')}"
+        )
+        + " |",
         f"| embedded default step | `{embedded}` ({sizes['embedded_steps']} steps) | "
-        f"{cell('embedded', 'step_s', unit=' s')} per step (median after the first), peak "
-        f"{cell('embedded', 'peak_memory_gib', unit=' GiB')} |",
+        + (
+            failed("embedded")
+            or f"{cell('embedded', 'step_s', unit=' s')} per step (median after the first), "
+            f"peak {cell('embedded', 'peak_memory_gib', unit=' GiB')}"
+        )
+        + " |",
     ]
     return "\n".join(lines) + "\n"
 

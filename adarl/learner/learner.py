@@ -240,6 +240,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def use_deepspeed_accelerator(device_type: str) -> None:
+    """Point DeepSpeed's process-wide accelerator at `device_type` ("cpu" or "cuda").
+
+    DeepSpeed picks CUDA whenever torch sees a GPU and `deepspeed.initialize` moves the model
+    there. A CPU learner in a process that sees a GPU (`cluster.in_process=true` with
+    `cluster.gpus_per_learner=0` on a GPU machine) would then score CPU inputs with CUDA weights;
+    Ray actors without GPUs see none and are unaffected.
+    """
+    from deepspeed.accelerator import get_accelerator, set_accelerator
+
+    if get_accelerator().device_name() == device_type:
+        return
+    if device_type == "cuda":
+        from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+
+        set_accelerator(CUDA_Accelerator())
+    elif device_type == "cpu":
+        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+        set_accelerator(CPU_Accelerator())
+    else:
+        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
+
+
 class Learner:
     """One data-parallel rank (see the module docstring). All methods are called on every rank."""
 
@@ -325,6 +349,7 @@ class Learner:
             torch.cuda.set_device(0)
             self._device = torch.device("cuda", 0)
         torch.manual_seed(self.seed)
+        use_deepspeed_accelerator("cuda" if use_cuda else "cpu")
         self._init_process_group(master_addr, master_port, backend="nccl" if use_cuda else "gloo")
         self._engine = self._build_engine()
         if self.loss.kl_coef != 0.0:

@@ -40,9 +40,10 @@ class _Spec:
 SPECS = [
     _Spec("model.embed_tokens.weight", (1000, 64), torch.bfloat16),
     _Spec("model.norm.weight", (64,), torch.float32),
-    _Spec("model.layers.0.mlp.up_proj.weight", (256, 64), torch.bfloat16),
+    _Spec("model.layers.0.mlp.up_proj.weight", (320, 64), torch.bfloat16),  # 40 KB: past the 1st
     _Spec("lm_head.weight", (1000, 64), torch.float32),  # 256 KB: alone in its bucket
 ]
+# Buckets: embed + norm (128,256 bytes, two dtypes), up_proj, lm_head.
 BUCKET_BYTES = 160 * 1024
 
 

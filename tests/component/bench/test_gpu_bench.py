@@ -62,9 +62,15 @@ def test_the_embedded_default_trains_in_process(tmp_path: Path, model_dir: Path)
         "transformers": "x",
         "deepspeed": "d",
         "sizes": {**MICRO.__dict__},
-        "parts": {"embedded": {"ok": True, "values": values}},
+        "parts": {
+            "embedded": {"ok": True, "values": values},
+            "zero2": {"ok": False, "error": "RuntimeError: boom", "values": {}},
+        },
     }
     section = format_section(report)
     assert section.startswith("## GPU\n")
     assert f"{values['step_s']} s per step" in section
-    assert "failed: not run" in section  # parts that did not run say so, they are not blank
+    # Parts left out of the call say so, not blank; a failed part's row names its error once.
+    assert section.count("not run in this call") == 4  # the model, engine, ZeRO-3 and push rows
+    zero2_row = next(line for line in section.splitlines() if "ZeRO-2 step" in line)
+    assert zero2_row.endswith("| failed: RuntimeError: boom |")

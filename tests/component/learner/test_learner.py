@@ -210,6 +210,30 @@ def test_model_loads_in_the_training_precision(tiny_policy_dir: str) -> None:
         assert not scorer.training  # no dropout: the learner scores the engines' policy
 
 
+def test_a_cpu_learner_takes_deepspeed_off_cuda(tiny_policy_dir: str) -> None:
+    """DeepSpeed picks CUDA whenever torch sees a GPU and moves the model there; an in-process CPU
+    learner on a GPU machine then got CPU inputs against CUDA weights (the embedded default on a
+    lent H200, 2026-11-26). Here DeepSpeed is pointed at CUDA as it is there; the CPU learner
+    must point it back and step."""
+    from deepspeed.accelerator import get_accelerator, set_accelerator
+    from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+
+    before = get_accelerator()
+    set_accelerator(CUDA_Accelerator())
+    try:
+        learners = LearnerGroup(in_process=True, model_path=tiny_policy_dir, zero_stage=2)
+        try:
+            step = learners.train_step(small_batch(0))
+            weights = learners.get_weights()
+        finally:
+            learners.shutdown()
+        assert get_accelerator().device_name() == "cpu"
+    finally:
+        set_accelerator(before)
+    assert torch.isfinite(torch.tensor(step.metrics["train/loss"]))
+    assert {t.device.type for t in weights.values()} == {"cpu"}
+
+
 @pytest.fixture(scope="module")
 def group(tiny_policy_dir: str) -> Iterator[LearnerGroup]:
     """ZeRO-2 learner with a reference model and an entropy bonus, shared by the tests below.
