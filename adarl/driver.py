@@ -149,6 +149,7 @@ class RolloutPhase:
     metrics: dict[str, float]  # the rollout and reward pools' metrics and the phase's timings
     rollouts: int  # responses generated for training in this phase
     tokens: int  # their response tokens
+    prompt_tokens: int  # their prompts' tokens, once per response (the learner reads each)
     wall_s: float  # the phase's duration on `clock`
 
 
@@ -216,6 +217,7 @@ class _PhaseTally:
     in_statistics: float = 0.0
     rollouts: int = 0
     tokens: int = 0
+    prompt_tokens: int = 0
 
 
 NextStep = Callable[[], tuple[int, Sequence[TaskExample]] | None]
@@ -276,6 +278,11 @@ class RolloutStream:
         """Rollouts of the steps opened and not yet taken: open ones so far, and finished."""
         open_so_far = sum(t.rollouts for t in self.tallies.values())
         return open_so_far + sum(p.rollouts for p in self.finished.values())
+
+    def sampling_sequence_tokens(self) -> int:
+        """Prompt + response tokens of the rollouts `sampling` counts."""
+        open_so_far = sum(t.tokens + t.prompt_tokens for t in self.tallies.values())
+        return open_so_far + sum(p.tokens + p.prompt_tokens for p in self.finished.values())
 
     def open_step(self, step: int, examples: Sequence[TaskExample]) -> None:
         """Start `step`'s phase: the allocator's first draws of its prompts go to the engines."""
@@ -374,6 +381,7 @@ class RolloutStream:
             owner = self.tallies[request.step]
             owner.rollouts += len(rollouts)
             owner.tokens += sum(len(r.completion.token_ids) for r in rollouts)
+            owner.prompt_tokens += sum(len(r.prompt_token_ids) for r in rollouts)
         flat = [r for rs in per_result for r in rs]
         # One scoring call and one allocator call for everything that came back together.
         scored = self.rewards.score(flat, flat_examples) if flat else []
@@ -479,6 +487,7 @@ class RolloutStream:
             metrics=metrics,
             rollouts=tally.rollouts,
             tokens=tally.tokens,
+            prompt_tokens=tally.prompt_tokens,
             wall_s=end - began,
         )
 
@@ -537,6 +546,7 @@ class Driver:
         on_step_end: Callable[[StepOutcome], None] | None = None,
         max_off_policy_steps: int = 0,
         max_rollouts: int | None = None,
+        max_sequence_tokens: int | None = None,
         write_hints_ahead: bool = False,
         cross_step_allocation: bool = False,
     ) -> None:
@@ -552,12 +562,15 @@ class Driver:
         self.pool_reward = pool_reward
         self.on_step_end = on_step_end
         self.max_off_policy_steps = max_off_policy_steps
-        self.max_rollouts = max_rollouts  # no step is sampled ahead once this many are trained
+        # No step is sampled ahead once this many rollouts, or sequence tokens, are trained.
+        self.max_rollouts = max_rollouts
+        self.max_sequence_tokens = max_sequence_tokens
         self.timer = StageTimer()
         # Training rollouts of the steps run so far (evaluation, and phases sampled ahead and
         # not yet trained, are counted apart).
         self.rollouts_generated = 0
         self.tokens_generated = 0
+        self.sequence_tokens_generated = 0  # prompt + response tokens: what the learner reads
         self.ahead: dict[int, RolloutPhase] = {}  # step -> its phase, sampled ahead (k ≥ 1)
         self.dropped_stale_groups = 0
         if write_hints_ahead and (hints is None or max_off_policy_steps):
@@ -605,6 +618,7 @@ class Driver:
                 phase = self.collect_groups(step, examples)
         self.rollouts_generated += phase.rollouts
         self.tokens_generated += phase.tokens
+        self.sequence_tokens_generated += phase.tokens + phase.prompt_tokens
         result = phase.result
         groups, stale_metrics = self.drop_stale(result.groups)
         with self.timer.stage("batch"):
@@ -641,6 +655,7 @@ class Driver:
                     **timings,
                     "perf/rollouts_total": float(self.rollouts_generated),
                     "perf/tokens_total": float(self.tokens_generated),
+                    "perf/sequence_tokens_total": float(self.sequence_tokens_generated),
                 },
             }
         )
@@ -664,18 +679,30 @@ class Driver:
             statistics=self.statistics,
         )
 
+    def budget_reached(self, *, rollouts_ahead: int = 0, sequence_tokens_ahead: int = 0) -> bool:
+        """Whether the rollouts (or their prompt + response tokens) trained, with those sampled
+        ahead and not yet trained, reach the run's budget: no further step is sampled then."""
+        rollouts = self.rollouts_generated + rollouts_ahead
+        tokens = self.sequence_tokens_generated + sequence_tokens_ahead
+        return (self.max_rollouts is not None and rollouts >= self.max_rollouts) or (
+            self.max_sequence_tokens is not None and tokens >= self.max_sequence_tokens
+        )
+
     def sample_ahead(self, step: int, *, through: int | None) -> None:
         """While step `step` trains, sample the phases of steps step+1..step+k (k =
         `max_off_policy_steps`), at most through `through`, while the rollouts trained and
-        sampled ahead stay under `max_rollouts`."""
+        sampled ahead stay under the budget (`budget_reached`)."""
         last = step + self.max_off_policy_steps
         if through is not None:
             last = min(last, through)
         for ahead in range(step + 1, last + 1):
             if ahead in self.ahead:
                 continue
-            sampled = self.rollouts_generated + sum(p.rollouts for p in self.ahead.values())
-            if self.max_rollouts is not None and sampled >= self.max_rollouts:
+            phases = self.ahead.values()
+            if self.budget_reached(
+                rollouts_ahead=sum(p.rollouts for p in phases),
+                sequence_tokens_ahead=sum(p.tokens + p.prompt_tokens for p in phases),
+            ):
                 return  # the run ends at `step` or before `ahead`: nothing to sample for
             with self.timer.stage("rollout_ahead"):
                 examples = self.prompts.next_batch(self.prompts_per_step)
@@ -701,7 +728,7 @@ class Driver:
     ) -> Callable[[], tuple[int, list[TaskExample]] | None]:
         """While `step` samples or trains: the next step to open in the stream, if it may open
         now: within k of `step`, not past `through` (a checkpoint), and while the rollouts
-        trained and sampling stay under `max_rollouts`."""
+        trained and sampling stay under the budget (`budget_reached`)."""
         assert self.stream is not None
         stream = self.stream
         last = step + self.max_off_policy_steps
@@ -712,8 +739,10 @@ class Driver:
             coming = max([step, *stream.open_steps(), *stream.finished]) + 1
             if coming > last:
                 return None
-            sampled = self.rollouts_generated + stream.sampling()
-            if self.max_rollouts is not None and sampled >= self.max_rollouts:
+            if self.budget_reached(
+                rollouts_ahead=stream.sampling(),
+                sequence_tokens_ahead=stream.sampling_sequence_tokens(),
+            ):
                 return None
             return coming, self.prompts.next_batch(self.prompts_per_step)
 
@@ -749,9 +778,7 @@ class Driver:
             return {}
         coming = step + 1
         chosen: list[TaskExample] = []
-        run_may_end = (through is not None and coming > through) or (
-            self.max_rollouts is not None and self.rollouts_generated >= self.max_rollouts
-        )
+        run_may_end = (through is not None and coming > through) or self.budget_reached()
         if run_may_end:
             written = self.hints.write_ahead(coming, [])  # no work: its metrics, at zero
         else:

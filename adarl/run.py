@@ -97,6 +97,13 @@ def _format_pass_at_k(summary: RunSummary) -> str:
             f"    pass@{k:<3} {100 * base['pass_at_k'][str(k)]:5.1f}% -> "
             f"{100 * final['pass_at_k'][str(k)]:5.1f}%{guessed}"
         )
+    rise = summary.pass_at_1_rise
+    if rise is not None and rise["se"] > 0:
+        lines.append(
+            f"    pass@1 rise {100 * rise['rise']:+.1f} points, paired SE "
+            f"{100 * rise['se']:.1f} ({rise['rise'] / rise['se']:+.1f} SE over "
+            f"{rise['prompts']:.0f} prompts)"
+        )
     constant = final.get("best_constant")
     if constant is not None:  # a policy that learned only the answers' prior scores this
         lines.append(

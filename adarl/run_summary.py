@@ -31,6 +31,9 @@ class RunSummary:
     # the guesser's pass@k and coverage, overall and by level, from the same seeded draws.
     base_evaluation: dict[str, Any] | None = None
     final_evaluation: dict[str, Any] | None = None
+    # Final minus base pass@1, paired by prompt, with its standard error: {"rise", "se",
+    # "prompts"} (EvalResult.pass_at_1_rise_over); None without both evaluations.
+    pass_at_1_rise: dict[str, float] | None = None
     # The final policy as a Hugging Face model directory (RUN_DIR/model, adarl/export.py).
     model_dir: str | None = None
 

@@ -301,6 +301,7 @@ class TrainingSession:
             on_step_end=self.on_step_end,
             max_off_policy_steps=config.rollout.max_off_policy_steps,
             max_rollouts=config.trainer.max_rollouts,
+            max_sequence_tokens=config.trainer.max_sequence_tokens,
             write_hints_ahead=config.hints.write_ahead,
             cross_step_allocation=config.rollout.cross_step_allocation,
         )
@@ -331,7 +332,6 @@ class TrainingSession:
     def train(self) -> RunSummary:
         config = self.config
         total = config.trainer.total_steps
-        budget = config.trainer.max_rollouts
         if self.base_eval is None and self.start_step == 0:
             self.base_eval = self.evaluate(step=0, final=True)
             base_metrics = self.base_eval.metrics() if self.base_eval is not None else {}
@@ -343,7 +343,7 @@ class TrainingSession:
             outcome = self.driver.step(step, sample_ahead_through=self._next_checkpoint(step))
             last_step = step
             rollouts = self.driver.rollouts_generated
-            out_of_budget = budget is not None and rollouts >= budget
+            out_of_budget = self.driver.budget_reached()
             final = step == total or out_of_budget
             metrics = dict(outcome.metrics)
             if out_of_budget:  # steps opened ahead will not train: dropped before the checkpoint
@@ -361,10 +361,13 @@ class TrainingSession:
                 self.save(step)
             if out_of_budget:
                 log.info(
-                    "step %d: %d training rollouts reached trainer.max_rollouts=%d: stopping",
+                    "step %d: %d training rollouts, %d prompt + response tokens reached "
+                    "trainer.max_rollouts=%s / trainer.max_sequence_tokens=%s: stopping",
                     step,
                     rollouts,
-                    budget,
+                    self.driver.sequence_tokens_generated,
+                    config.trainer.max_rollouts,
+                    config.trainer.max_sequence_tokens,
                 )
                 break
         if self.start_step >= total:
@@ -395,6 +398,11 @@ class TrainingSession:
             resumed_from_step=self.start_step if self.resume_path is not None else None,
             objective=self.objective.to_json(),
             base_evaluation=None if self.base_eval is None else self.base_eval.table(),
+            pass_at_1_rise=(
+                None
+                if self.base_eval is None or last_eval is None or last_eval is self.base_eval
+                else last_eval.pass_at_1_rise_over(self.base_eval)
+            ),
             final_evaluation=None if last_eval is None else last_eval.table(),
             model_dir=str(model_dir),
         )
@@ -484,6 +492,7 @@ class TrainingSession:
                         "step": step,
                         "rollouts_generated": driver.rollouts_generated,
                         "tokens_generated": driver.tokens_generated,
+                        "sequence_tokens_generated": driver.sequence_tokens_generated,
                         "timing_total_s": dict(driver.timer.total_seconds),
                         "wall_s": self.wall_s(),
                         "base_eval": (
@@ -504,6 +513,8 @@ class TrainingSession:
         driver = self.driver
         driver.rollouts_generated = int(state["rollouts_generated"])
         driver.tokens_generated = int(state["tokens_generated"])
+        # Checkpoints written before the token budget existed hold no count: it restarts at 0.
+        driver.sequence_tokens_generated = int(state.get("sequence_tokens_generated", 0))
         for name, seconds in state["timing_total_s"].items():
             driver.timer.total_seconds[name] = float(seconds)
         self.previous_wall_s = float(state["wall_s"])

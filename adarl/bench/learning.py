@@ -397,6 +397,9 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
         *setting.overrides,
         f"seed={seed}",
         f"trainer.max_rollouts={setting.max_rollouts}",
+        # Rollouts are the budget every arm shares; an experiment's own token budget
+        # (ada_coverage's, for `make run` on long prompts) would end its arm early.
+        "trainer.max_sequence_tokens=null",
         # Every step draws at least one rollout, so the budget ends the run before this does.
         f"trainer.total_steps={setting.max_rollouts}",
         # No warm-up by default: 20 steps is 13% of GRPO n = 4's 40k rollouts but 43% of

@@ -6,6 +6,10 @@
         response drawn for training; evaluation excluded) reach this many, even before
         `total_steps`; None = no rollout budget. Compute-matched comparisons
         (`python -m adarl.bench learning`) give every method the same budget this way.
+    max_sequence_tokens: likewise, for the training rollouts' prompt + response tokens (what
+        the learner reads, so its cost); None = no token budget. The run stops at whichever
+        budget it reaches first: `make run`'s rollout budget on the built-in task, its token
+        budget on a task whose prompts are ten times longer (conf/experiment/ada_coverage.yaml).
         Checkpointing and resume are configured under `checkpoint` (adarl/config/checkpoint.py).
 
 `EvalConfig` (held-out split, never with a hint)
@@ -60,6 +64,7 @@ from dataclasses import dataclass
 class TrainerConfig:
     total_steps: int = 200
     max_rollouts: int | None = None
+    max_sequence_tokens: int | None = None
 
     def validate(self) -> None:
         if self.total_steps < 1:
@@ -67,6 +72,11 @@ class TrainerConfig:
         if self.max_rollouts is not None and self.max_rollouts < 1:
             raise ValueError(
                 f"trainer.max_rollouts={self.max_rollouts} must be >= 1, or null for no budget"
+            )
+        if self.max_sequence_tokens is not None and self.max_sequence_tokens < 1:
+            raise ValueError(
+                f"trainer.max_sequence_tokens={self.max_sequence_tokens} must be >= 1, or null "
+                "for no token budget"
             )
 
 

@@ -12,7 +12,13 @@ from adarl.evaluation.evaluator import (
     difficulty_label,
     eval_reward_metrics,
 )
-from adarl.evaluation.passk import guess_hit_rates, guess_pass_at_k, pass_at_k, pass_at_k_ks
+from adarl.evaluation.passk import (
+    guess_hit_rates,
+    guess_pass_at_k,
+    paired_pass_at_1_rise,
+    pass_at_k,
+    pass_at_k_ks,
+)
 
 __all__ = [
     "EvalResult",
@@ -21,6 +27,7 @@ __all__ = [
     "eval_reward_metrics",
     "guess_hit_rates",
     "guess_pass_at_k",
+    "paired_pass_at_1_rise",
     "pass_at_k",
     "pass_at_k_ks",
 ]

@@ -29,7 +29,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from adarl.evaluation.passk import guess_hit_rates, guess_pass_at_k, pass_at_k, pass_at_k_ks
+from adarl.evaluation.passk import (
+    guess_hit_rates,
+    guess_pass_at_k,
+    paired_pass_at_1_rise,
+    pass_at_k,
+    pass_at_k_ks,
+)
 from adarl.reward.base import Verifier
 from adarl.rollout.codec import PromptCodec
 from adarl.tasks.baselines import ConstantAnswer, best_constant_answer
@@ -166,6 +172,23 @@ class EvalResult:
                 for level in levels
             },
         }
+
+    def pass_at_1_rise_over(self, base: EvalResult) -> dict[str, float] | None:
+        """This evaluation's pass@1 minus `base`'s, paired by prompt (`paired_pass_at_1_rise`):
+        {"rise", "se", "prompts"}; None unless both drew the same number of samples on the same
+        number of prompts (a base and a final evaluation of one run do)."""
+        if (
+            base.samples_per_prompt != self.samples_per_prompt
+            or len(base.correct) != len(self.correct)
+            or len(self.correct) < 2
+        ):
+            return None
+        rise, se = paired_pass_at_1_rise(
+            base_correct=base.correct,
+            final_correct=self.correct,
+            num_samples=self.samples_per_prompt,
+        )
+        return {"rise": rise, "se": se, "prompts": float(len(self.correct))}
 
     def metrics(self) -> dict[str, float]:
         out = {"eval/accuracy": self.accuracy, "eval/num_prompts": float(self.num_prompts)}

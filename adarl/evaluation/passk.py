@@ -98,3 +98,29 @@ def guess_hit_rates(
         pool = by_level.get(level) or overall
         rates[index] = pool[answer.strip()] / sum(pool.values())
     return rates
+
+
+def paired_pass_at_1_rise(
+    *,
+    base_correct: Sequence[int],  # [P] correct samples per prompt, before training
+    final_correct: Sequence[int],  # [P] the same prompts after, drawn with the same seeds
+    num_samples: int,  # n: samples per prompt in both
+) -> tuple[float, float]:  # (mean rise of pass@1, its standard error)
+    """Rise of held-out pass@1 and its paired standard error.
+
+    d_i = (c_i^final − c_i^base) / n per prompt; rise = mean(d), SE = std(d, ddof=1)/√P. Paired:
+    both evaluations sample the same prompts, so each prompt's difficulty cancels in d_i and the
+    SE is that of the change, not of two independent means (the rise is significant when it is
+    several SE; issue 31 asks for 3).
+    """
+    base = np.asarray(base_correct, dtype=np.float64)
+    final = np.asarray(final_correct, dtype=np.float64)
+    if base.shape != final.shape or base.ndim != 1 or base.size < 2:
+        raise ValueError(
+            f"a paired rise needs the same prompts (at least 2) in both evaluations, got "
+            f"{base.shape} and {final.shape}"
+        )
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    rises = (final - base) / num_samples
+    return float(rises.mean()), float(rises.std(ddof=1) / np.sqrt(rises.size))

@@ -5,7 +5,6 @@ embedded default (heavy tier)."""
 from __future__ import annotations
 
 import json
-import math
 import random
 from pathlib import Path
 
@@ -129,9 +128,7 @@ def test_a_jsonl_task_with_its_own_fields_learns_from_the_embedded_default(
     assert base is not None and final is not None
     assert final.accuracy == pytest.approx(summary.final_accuracy)
     constant = best_constant_answer(train, test, build_verifier("exact_match"))
-    n = base.samples_per_prompt
-    rises = [(f - b) / n for b, f in zip(base.correct, final.correct, strict=True)]
-    mean = sum(rises) / len(rises)
-    se = math.sqrt(sum((r - mean) ** 2 for r in rises) / (len(rises) - 1) / len(rises))
-    assert mean > 3 * se, (base.accuracy, final.accuracy, se)
+    rise = final.pass_at_1_rise_over(base)
+    assert rise is not None and rise == summary.pass_at_1_rise
+    assert rise["rise"] > 3 * rise["se"], (base.accuracy, final.accuracy, rise)
     assert final.accuracy > constant.accuracy, (final.accuracy, constant)

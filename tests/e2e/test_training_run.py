@@ -118,6 +118,10 @@ def test_three_steps_on_ray_with_vllm_and_deepspeed(
     assert summary["steps"] == 3
     assert summary["rollouts_generated"] == steps[3]["perf/rollouts_total"]
     assert summary["final_accuracy"] == steps[3]["eval/accuracy"]
+    rise = summary["pass_at_1_rise"]  # paired over the same 16 prompts, base and final
+    assert rise["prompts"] == 16 and rise["se"] >= 0.0
+    base_pass1 = summary["base_evaluation"]["pass_at_k"]["1"]
+    assert rise["rise"] == pytest.approx(summary["final_evaluation"]["pass_at_k"]["1"] - base_pass1)
     assert {"rollout", "train", "eval"} <= set(summary["time_per_stage_s"])
     assert (tmp_path / "config.yaml").is_file()
     assert (tmp_path / "checkpoints" / "step_000003" / "manifest.json").is_file()

@@ -100,6 +100,47 @@ def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> N
     assert metrics["sampling/scored_reward_mean"] == pytest.approx(float(np.mean(trained)))
     assert metrics["signal/reward_mean"] < 1.0  # the held-out prompts (all correct) left out
     assert metrics["timing/rollout_wait_s"] >= 0.0 and metrics["timing/allocator_s"] > 0.0
+    # The token budget's counts: what the learner will read, prompt and response, per response.
+    sequences = [s.rollout for g in phase.result.groups for s in g.rollouts]
+    assert phase.tokens == sum(len(r.completion.token_ids) for r in sequences)
+    assert phase.prompt_tokens == sum(len(r.prompt_token_ids) for r in sequences)
+    assert phase.prompt_tokens >= 32 * min(len(codec.prompt_token_ids(e.prompt)) for e in train)
+
+
+@pytest.mark.parametrize(
+    ("max_rollouts", "max_sequence_tokens", "reached"),
+    [
+        (None, None, [False, False, False]),
+        (100, None, [False, True, True]),  # 100 rollouts reached with the second phase
+        (None, 1_000, [False, False, True]),  # 1,000 tokens with the third (100 + 500 + 500)
+        (1_000, 1_000, [False, False, True]),  # whichever comes first
+    ],
+)
+def test_the_run_budget_is_rollouts_or_sequence_tokens_whichever_comes_first(
+    max_rollouts: int | None, max_sequence_tokens: int | None, reached: list[bool]
+) -> None:
+    from adarl.driver import Driver
+
+    driver = Driver(
+        prompts=None,  # type: ignore[arg-type]  # the budget reads only the driver's counts
+        codec=None,  # type: ignore[arg-type]
+        allocator=None,  # type: ignore[arg-type]
+        rollout=None,  # type: ignore[arg-type]
+        rewards=None,  # type: ignore[arg-type]
+        learners=None,  # type: ignore[arg-type]
+        weight_sync=None,  # type: ignore[arg-type]
+        prompts_per_step=1,
+        max_rollouts=max_rollouts,
+        max_sequence_tokens=max_sequence_tokens,
+    )
+    # Three phases of 50 rollouts: 100, 500 and 500 prompt + response tokens.
+    for tokens, answer in zip((100, 500, 500), reached, strict=True):
+        driver.rollouts_generated += 50
+        driver.sequence_tokens_generated += tokens
+        assert driver.budget_reached() is answer
+    # A phase sampled ahead counts before it trains: no further step is sampled for it.
+    driver.rollouts_generated = driver.sequence_tokens_generated = 0
+    assert driver.budget_reached(rollouts_ahead=150, sequence_tokens_ahead=1_100) is any(reached)
 
 
 def test_evaluation_reports_accuracy_by_difficulty(world) -> None:

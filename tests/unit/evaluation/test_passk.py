@@ -119,3 +119,18 @@ def test_eval_result_reports_pass_at_k_coverage_and_the_guesser_by_level() -> No
     assert metrics["eval/pass@2_by_difficulty/10"] == pytest.approx(5 / 6)
     assert metrics["eval/guess_pass@1_by_difficulty/1"] == 0.25
     assert metrics["eval/coverage"] == 0.75
+
+
+def test_the_paired_rise_is_the_mean_per_prompt_change_with_its_standard_error() -> None:
+    from adarl.evaluation import paired_pass_at_1_rise
+
+    base, final = [0, 2, 4, 8], [1, 4, 4, 8]  # of 8 samples: changes 1/8, 2/8, 0, 0
+    rise, se = paired_pass_at_1_rise(base_correct=base, final_correct=final, num_samples=8)
+    changes = np.array([1, 2, 0, 0]) / 8
+    assert rise == pytest.approx(changes.mean())
+    assert se == pytest.approx(changes.std(ddof=1) / 2)
+    # Paired: a shift every prompt shares has no spread, however different the prompts are.
+    rise, se = paired_pass_at_1_rise(base_correct=[0, 3, 7], final_correct=[1, 4, 8], num_samples=8)
+    assert (rise, se) == (pytest.approx(1 / 8), 0.0)
+    with pytest.raises(ValueError, match="same prompts"):
+        paired_pass_at_1_rise(base_correct=[1, 2], final_correct=[1], num_samples=8)
