@@ -55,6 +55,12 @@ def test_reference_experiment_is_the_released_algorithm() -> None:
     assert alloc.group.correction == "none" and alloc.group.downsample_order == "earliest"
 
 
+def test_the_default_budgets_rollouts_and_the_tokens_the_learner_reads() -> None:
+    # make run: 180k rollouts, or 2.5M prompt + response tokens on tasks with long prompts.
+    trainer = _compose("+experiment=ada_coverage").trainer
+    assert (trainer.max_rollouts, trainer.max_sequence_tokens) == (180_000, 2_500_000)
+
+
 def test_default_experiment_declares_its_objective() -> None:
     config = _compose("+experiment=ada_seq_balance")
     assert config.allocator.sampler == "seq_balance"
@@ -101,6 +107,7 @@ def test_unknown_key_fails_at_composition() -> None:
             r"learner.loss.tis_cap=None do not correct",
         ),
         (["rollout.max_off_policy_steps=-1"], "must be >= 0"),
+        (["trainer.max_sequence_tokens=0"], "trainer.max_sequence_tokens=0 must be >= 1"),
         # Sampling ahead writes the next steps' hints already.
         (
             [
