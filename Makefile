@@ -43,11 +43,13 @@ run: $(STAMP)
 # Two workers, one file each at a time (a file's module fixtures, e.g. its Ray cluster, stay in
 # one process), in the collection order tests/conftest.py sets (long files first; xdist would
 # otherwise order files by their number of tests). The suite is CPU-bound, so two workers on two
-# cores gain less than 2x (docs/operations.md, Tests).
+# cores gain less than 2x (docs/operations.md, Tests). The 15 slowest tests are listed at the end:
+# where the suite's time goes, every run.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
+	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=15 $(ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(ARGS)
