@@ -20,6 +20,8 @@ setup: $(STAMP)
 # uv installs the same requirements several times faster than pip (docs/operations.md, Tests);
 # tools/uv_args_from_pip.py hands it pip's local wheels, indexes and constraints, which uv does not
 # read. torch is named with the rest: alone, a dependency would resolve to a multi-GB CUDA build.
+# --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
+# process would otherwise compile torch, vLLM and transformers from source at each import.
 # Where uv cannot be installed or fails, pip does the same install.
 REQUIREMENTS := -e ".[cpu,dev,tasks]" "torch==2.13.0"
 
@@ -27,6 +29,7 @@ $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv && \
 	  $(BIN)/uv pip install --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
+	    --compile-bytecode \
 	    $$($(BIN)/python tools/uv_args_from_pip.py) $(REQUIREMENTS) || \
 	  { echo "uv unavailable or failed: installing with pip"; \
 	    $(BIN)/python -m pip install --upgrade --quiet pip && \
