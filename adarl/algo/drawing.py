@@ -14,8 +14,8 @@ prices chunks explicitly (seed 001 §"decouple the sampling budget"; MATH.md §S
 
 i.e. a draw's expected waste is at most ε times the samples of the pool that are useful: the N
 already drawn (none was wasted, or the rule would have stopped) plus the draw's own useful ones;
-m is the fewest samples after which the rule could stop resolved (`StoppingRule.min_additional`),
-or fewer when it could stop sooner another way (futility, once the pool turns mixed).
+m is the fewest samples after which the rule could have stopped by any outcome: resolved, or
+sooner by futility once the pool turns mixed (`StoppingRule.min_additional_to_any_stop`).
 Expectations are under the posterior predictive of the prompt's outcomes: a prior over p on a grid
 (`PassRatePrior`, Jeffreys by default) updated with the prompt's counts and its history. Only the
 draw in which the rule stops wastes anything, so under the model the sampler draws about
@@ -223,12 +223,9 @@ class DrawRule:
 
     def _chunk(self, positives: int, negatives: int, history: tuple[float, float]) -> int:
         room = self.rule.max_samples - positives - negatives
-        # The fewest samples the exit needs, but never past the earliest draw at which the rule
-        # could stop another way (futility once the pool turns mixed), so ε = 0 never overshoots.
-        floor = min(
-            self.rule.min_additional(positives, negatives),
-            _earliest_stop(self.rule, positives, negatives),
-        )
+        # Never past the earliest draw at which the rule could stop, by its exit or another way
+        # (futility once the pool turns mixed), so ε = 0 never overshoots.
+        floor = self.rule.min_additional_to_any_stop(positives, negatives)
         if positives + negatives == 0 and self.initial_samples is not None:
             floor = max(floor, min(self.initial_samples, room))
         epsilon = self.max_overshoot_fraction
@@ -262,15 +259,6 @@ class DrawRule:
             if horizon >= room:
                 return room
             horizon = min(room, 2 * horizon)
-
-
-def _earliest_stop(rule: StoppingRule, positives: int, negatives: int) -> int:
-    """Fewest further samples after which the rule can have stopped, by any outcome."""
-    room = rule.max_samples - positives - negatives
-    for extra in range(1, room + 1):
-        if any(rule.stops(positives + j, negatives + extra - j) for j in range(extra + 1)):
-            return extra
-    return room
 
 
 @lru_cache(maxsize=65_536)

@@ -175,6 +175,18 @@ class StoppingRule:
         total = positives + negatives
         return max(1, min(self.missing(positives, negatives), self.max_samples - total))
 
+    def min_additional_to_any_stop(self, positives: int, negatives: int) -> int:
+        """Fewest further samples after which the rule can have stopped by any outcome (the exit,
+        the cap, or futility once the pool turns mixed): at most `min_additional`; 0 once the
+        rule stopped."""
+        room = self.max_samples - positives - negatives
+        if self.stops(positives, negatives):
+            return 0
+        for extra in range(1, room + 1):
+            if any(self.stops(positives + j, negatives + extra - j) for j in range(extra + 1)):
+                return extra
+        return room
+
     def stop_index(self, labels: Sequence[bool]) -> int | None:
         """The rule's stopping time on `labels` taken one at a time in this order: the 1-based
         index of the sample after which it stops, or None if it has not stopped by the end."""

@@ -7,6 +7,7 @@ import pytest
 
 from adarl.algo.stopping import (
     StopDecision,
+    StoppingRule,
     min_additional_samples_seq_balance,
     min_additional_samples_seq_pos,
     seq_balance_decision,
@@ -45,6 +46,27 @@ def test_min_additional_samples() -> None:
     assert min_additional_samples_seq_balance(positives=0, negatives=0, **kw) == 4
     assert min_additional_samples_seq_balance(positives=1, negatives=14, **kw) == 1
     assert min_additional_samples_seq_balance(positives=0, negatives=16, **kw) == 0
+
+
+def test_min_additional_to_any_stop_is_the_first_draw_that_can_stop() -> None:
+    # Balance(4, 4) with a cap of 8 at (N⁺, N⁻) = (1, 3): the exit needs 4 more (3 positives and
+    # a negative), but two more negatives make the mixed pool futile (3 missing > 2 left).
+    rule = StoppingRule(k_pos=4, k_neg=4, max_samples=8)
+    assert rule.min_additional(1, 3) == 4
+    assert rule.min_additional_to_any_stop(1, 3) == 2
+    assert rule.min_additional_to_any_stop(4, 4) == 0
+    # Never later than the exit, and the first draw of that size that can stop, for every state.
+    for k_pos, k_neg, cap in ((2, 2, 16), (1, 1, 4), (4, 0, 12), (3, 5, 9)):
+        rule = StoppingRule(k_pos=k_pos, k_neg=k_neg, max_samples=cap)
+        for pos in range(cap + 1):
+            for neg in range(cap + 1 - pos):
+                extra = rule.min_additional_to_any_stop(pos, neg)
+                assert extra <= rule.min_additional(pos, neg)
+                if extra == 0:
+                    assert rule.stops(pos, neg)
+                    continue
+                assert any(rule.stops(pos + j, neg + extra - j) for j in range(extra + 1))
+                assert not any(rule.stops(pos + j, neg + extra - 1 - j) for j in range(extra))
 
 
 def _simulate(rule: str, p: float, trials: int, rng: np.random.Generator, **kw: int) -> np.ndarray:
