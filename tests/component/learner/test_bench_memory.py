@@ -23,6 +23,9 @@ def test_only_the_memory_section_is_replaced() -> None:
 
 
 @pytest.mark.slow
+# Heavy: 30 s of make test's time for a bench; the exactness of chunked log-probs and activation
+# checkpointing is unit-tested (tests/unit/models/test_chunked_logprobs.py), results in docs.
+@pytest.mark.heavy
 def test_memory_bench_measures_every_variant(tmp_path: Path) -> None:
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## Learner\n\nkeep me\n")
