@@ -224,8 +224,10 @@ def coverage_targets(records: Sequence[RunRecord], *, default_arm: str = DEFAULT
         f"base's with GRPO-best's pass@1): {'met' if met['moonshot'] else 'not met'}"
     )
     return (
-        f"**Coverage targets** ({default_arm}, the `make run` default, against GRPO-best = {best} "
-        f"and {', '.join(rivals)}): {verdicts}.\n\n" + "\n".join(f"- {p}" for p in parts) + "\n"
+        f"**Coverage targets** ({default_arm}, the `make run` default; pass@1 against GRPO-best "
+        f"= {best}, pass@8 and pass@{top} against {', '.join(rivals)}): {verdicts}.\n\n"
+        + "\n".join(f"- {p}" for p in parts)
+        + "\n"
     )
 
 
@@ -314,7 +316,7 @@ def plot_coverage(records: Sequence[RunRecord], figures_dir: Path) -> dict[str, 
     )
     right.set_xlabel("final pass@1 (%)")
     right.set_ylabel(f"final pass@{top} (%)")
-    right.set_title(f"Accuracy against coverage (dots: seeds; large: mean), pass@1 vs pass@{top}")
+    right.set_title(f"pass@1 against pass@{top} at the end (dots: seeds; large: mean)")
     right.grid(alpha=0.3)
     right.legend(fontsize=7)
     fig.tight_layout()
