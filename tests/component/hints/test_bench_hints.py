@@ -10,11 +10,12 @@ import pytest
 
 from adarl.bench.__main__ import main as bench_main
 
+pytestmark = pytest.mark.slow
+
+
 # Heavy: 19 s of make test's time for a bench that ran for real (docs/benchmarks.md "Hints");
 # the hint parsing, leak checks and quality measure it drives have their own tests.
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]
-
-
+@pytest.mark.heavy
 def test_the_bench_writes_its_section(tmp_path: Path) -> None:
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## Rollout\n\nkept\n\n## Hints\n\nold\n")
