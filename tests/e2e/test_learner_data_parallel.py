@@ -74,7 +74,6 @@ def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @pytest.mark.slow
-# ZeRO-2 sits between 1 (optimizer state sharded) and 3 (weights too): heavy tier.
 # make test keeps ZeRO-3 (parameters, gradients and optimizer state partitioned: the most
 # collectives); stages 1 and 2 are the heavy tier's.
 @pytest.mark.parametrize(
