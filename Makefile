@@ -9,7 +9,6 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
-export TORCHDYNAMO_DISABLE ?= 1
 export WANDB_MODE ?= offline
 export RAY_AUTH_MODE ?= disabled
 

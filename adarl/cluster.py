@@ -38,16 +38,26 @@ from typing import Any, TextIO, TypeVar, cast
 
 T = TypeVar("T")
 
-# Every actor process gets one BLAS/OpenMP thread: two threads collapse when another process
-# holds a core (measured: 20x slower), and vLLM's in-process engine needs these to start fast.
+# Every actor: vLLM's engine core in the actor's own process (the weight-update path needs it,
+# and it starts in seconds), and no per-request INFO lines drowning the run's own progress.
+# torch.compile is not decided here: a vLLM engine sets it from its `enforce_eager`
+# (adarl/rollout/vllm_engine.py), and nothing else compiles.
 ACTOR_ENV_VARS: dict[str, str] = {
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "TORCHDYNAMO_DISABLE": "1",
-    "VLLM_LOGGING_LEVEL": "WARNING",  # per-request INFO lines drown the run's own progress
+    "VLLM_LOGGING_LEVEL": "WARNING",
 }
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def actor_thread_env(*, num_cpus: float, num_gpus: float) -> dict[str, str]:
+    """BLAS/OpenMP threads of an actor. Without a GPU, one: on a machine whose cores every actor
+    shares, two threads collapse when another process holds a core (measured on the 2-core
+    machine: 20x slower). A GPU actor (a learner, an engine) gets its CPU share, at least one:
+    its host-side work (DeepSpeed's optimizer on CPU, tokenisation, data) should not be held to
+    one thread on a GPU node."""
+    threads = 1 if num_gpus <= 0 else max(1, int(num_cpus))
+    return {name: str(threads) for name in THREAD_ENV_VARS}
 
 
 GCS_TASK_EVENTS_ENV = "RAY_task_events_max_num_task_in_gcs"
@@ -114,7 +124,13 @@ def spawn_actor(
     options: dict[str, Any] = {
         "num_cpus": num_cpus,
         "num_gpus": num_gpus,
-        "runtime_env": {"env_vars": {**ACTOR_ENV_VARS, **(env_vars or {})}},
+        "runtime_env": {
+            "env_vars": {
+                **ACTOR_ENV_VARS,
+                **actor_thread_env(num_cpus=num_cpus, num_gpus=num_gpus),
+                **(env_vars or {}),
+            }
+        },
         "max_concurrency": 1,
     }
     if name is not None:

@@ -5,7 +5,13 @@ relies on (measured; docs/benchmarks.md and the project's environment notes):
 
 * `VLLM_ENABLE_V1_MULTIPROCESSING=0` keeps the engine core in this process (start in seconds
   instead of ~20 s, and `collective_rpc` can hand tensors over without serialisation). It is
-  forced before vLLM is imported; `TORCHDYNAMO_DISABLE=1` and `OMP_NUM_THREADS=1` are defaulted.
+  forced before vLLM is imported. torch.compile follows `enforce_eager`: an eager engine sets
+  `TORCHDYNAMO_DISABLE=1` (nothing is meant to compile; it skips a first-batch compile of vLLM's
+  helpers), a compiled one sets it to 0, since with dynamo disabled `torch.compile` returns the
+  plain function and vLLM 0.32's AOT compile of the model's first forward raises ("aot_compile is
+  not supported by the current configuration"). The variable is read when `torch.compile` is
+  called, so setting it here, before the engine starts, decides for this process. Without a GPU
+  `OMP_NUM_THREADS=1` is defaulted (one thread per process on the CPU machine).
 * On CPU, vLLM repacks linear weights at load time, so `model.load_weights` silently changes
   nothing; `collective_rpc("reload_weights", weights_iterator=...)` reloads through the same path
   as the initial load and works on both platforms. The prefix cache holds KV computed with the
@@ -52,11 +58,14 @@ from adarl.rollout.common import (
 from adarl.types import Completion, FinishReason, GenerationRequest, GenerationResult
 
 
-def _prepare_vllm_environment() -> None:
+def _prepare_vllm_environment(*, enforce_eager: bool) -> None:
     # In-process engine core: required by the weight-update path (see the module docstring).
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Dynamo off only where nothing is meant to compile: a compiled engine needs it on, whatever
+    # the process inherited (the CPU machine's Makefile and Ray actors used to set it to 1).
+    os.environ["TORCHDYNAMO_DISABLE"] = "1" if enforce_eager else "0"
+    if not torch.cuda.is_available():
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _checkpoint_tensor_names(model_path: str) -> set[str] | None:
@@ -95,7 +104,7 @@ class VLLMEngine:
         `tensor_parallel_size`: GPUs to shard the model over (CUDA build only)."""
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-        _prepare_vllm_environment()
+        _prepare_vllm_environment(enforce_eager=enforce_eager)
         from vllm import LLM
 
         options: dict[str, Any] = {}

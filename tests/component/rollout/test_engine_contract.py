@@ -17,21 +17,15 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from adarl.learner import LearnerGroup
 from adarl.models.loading import load_tokenizer
 from adarl.rollout.base import RolloutEngine
-from adarl.types import (
-    FinishReason,
-    GenerationRequest,
-    GenerationResult,
-    SamplingParams,
-    TrainBatch,
-)
+from adarl.types import FinishReason, GenerationRequest, GenerationResult, SamplingParams
+
+from ._requests import PROMPTS, make_requests, rollouts_batch
 
 pytestmark = pytest.mark.slow
 
 # Engine log-probs vs a teacher-forced HF forward pass of the same float32 weights. Measured
 # max |difference|: 2.4e-6 (vLLM CPU kernels), 1.6e-6 (HF, batched + KV cache vs one pass).
 LOGPROB_TOLERANCE = 1e-4
-
-PROMPTS = ("12+7=", "45*3=", "100-1=", "3+4=", "99*99=", "250+250=")
 
 
 def _make_engine(kind: str, model_path: str) -> RolloutEngine:
@@ -62,32 +56,6 @@ def tokenizer(tiny_model_path: str) -> PreTrainedTokenizerBase:
 def reference(tiny_model_path: str) -> PreTrainedModel:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     return model.eval()
-
-
-def make_requests(
-    tokenizer: PreTrainedTokenizerBase,
-    *,
-    n: int = 4,
-    seed: int = 0,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 8,
-    prompts: tuple[str, ...] = PROMPTS,
-) -> list[GenerationRequest]:
-    sampling = SamplingParams(
-        temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens
-    )
-    return [
-        GenerationRequest(
-            request_id=f"{prompt}#{seed}",
-            prompt_token_ids=tuple(tokenizer(prompt)["input_ids"]),
-            num_samples=n,
-            sampling=sampling,
-            seed=seed + 1000 * i,
-        )
-        for i, prompt in enumerate(prompts)
-    ]
 
 
 def sampling_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float):
@@ -221,31 +189,6 @@ def learner_at_07(engine: RolloutEngine, tiny_model_path: str) -> Iterator[Learn
     group = LearnerGroup(in_process=True, model_path=tiny_model_path, zero_stage=0, temperature=0.7)
     yield group
     group.shutdown()
-
-
-def rollouts_batch(requests: list[GenerationRequest], results: list[GenerationResult]):
-    """The completions as a right-padded TrainBatch with the engine's log-probs as behaviour."""
-    rows = [
-        (request.prompt_token_ids, completion)
-        for request, result in zip(requests, results, strict=True)
-        for completion in result.completions
-    ]
-    length = max(len(prompt) + len(c.token_ids) for prompt, c in rows)
-    batch = TrainBatch(
-        input_ids=torch.zeros(len(rows), length, dtype=torch.long),
-        attention_mask=torch.zeros(len(rows), length, dtype=torch.bool),
-        response_mask=torch.zeros(len(rows), length, dtype=torch.bool),
-        behaviour_logprobs=torch.zeros(len(rows), length),
-        advantages=torch.zeros(len(rows), length),
-        prompt_index=torch.arange(len(rows)),
-    )
-    for row, (prompt, completion) in enumerate(rows):
-        end = len(prompt) + len(completion.token_ids)
-        batch.input_ids[row, :end] = torch.tensor(list(prompt) + list(completion.token_ids))
-        batch.attention_mask[row, :end] = True
-        batch.response_mask[row, len(prompt) : end] = True
-        batch.behaviour_logprobs[row, len(prompt) : end] = torch.tensor(completion.logprobs)
-    return batch
 
 
 def test_logprobs_at_t07_equal_the_learners(
