@@ -180,11 +180,23 @@ def result_within(future: Future[T], timeout_s: float | None, *, waiting_for: st
 
 
 def results_within(
-    futures: Sequence[Future[T]], timeout_s: float | None, *, waiting_for: str, key: str
+    futures: Sequence[Future[T]],
+    timeout_s: float | None,
+    *,
+    waiting_for: str,
+    key: str,
+    fail_fast: bool = False,
 ) -> list[T]:
     """Every future's result, waiting at most `timeout_s` in all; the first failure propagates
-    once every call has finished (so no call is left running behind an error)."""
-    _, pending = concurrent.futures.wait(futures, timeout=timeout_s)
+    once every call has finished (so no call is left running behind an error), or, with
+    `fail_fast`, as soon as it is known (for the members of one collective, which cannot finish
+    once one of them has failed)."""
+    when = concurrent.futures.FIRST_EXCEPTION if fail_fast else concurrent.futures.ALL_COMPLETED
+    done, pending = concurrent.futures.wait(futures, timeout=timeout_s, return_when=when)
+    if fail_fast:
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if failed:
+            failed[0].result()  # raises it
     if pending:
         raise TimeoutError(
             f"{waiting_for}: {len(pending)} of {len(futures)} calls did not finish within "
