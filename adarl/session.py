@@ -123,13 +123,18 @@ class TrainingSession:
         # prompts or answers do not fit its lengths is refused here.
         verifier = build_verifier(config.task.verifier_name, config.reward)
         self.codec = build_prompt_codec(config.task, config.rollout, policy_tokenizer(config))
+        positions = model_max_positions(config.model)
+        max_model_len = config.rollout.max_model_len
+        if max_model_len and positions is not None and max_model_len > positions:
+            # vLLM refuses it too, but only inside the engine's actor after the learners loaded.
+            raise ValueError(
+                f"rollout.max_model_len={max_model_len} is longer than the model's "
+                f"{positions} positions (max_position_embeddings of {config.model.name_or_path}): "
+                f"set rollout.max_model_len to at most {positions} (or null for the model's), "
+                "with rollout.max_new_tokens and eval.max_new_tokens within it"
+            )
         check_prompt = build_prompt_check(
-            config.task,
-            config.rollout,
-            self.codec,
-            model_max_positions=None  # read the model's config only when it is the limit
-            if config.rollout.max_model_len
-            else model_max_positions(config.model),
+            config.task, config.rollout, self.codec, model_max_positions=positions
         )
         self.prompts = build_prompt_source(
             config.task, verifier=verifier, check_prompt=check_prompt
