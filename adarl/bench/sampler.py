@@ -35,6 +35,7 @@ from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs
 from adarl.allocator.metrics import is_mixed
 from adarl.bench.bandit import NoPrompts
+from adarl.bench.docs_section import write_section
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
 from adarl.driver import RolloutPhase, RolloutPoolLike, RolloutStream, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
@@ -45,6 +46,7 @@ from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
 from adarl.types import Completion, GenerationRequest, SamplingParams, TaskExample
 
+SECTION_TITLE = "## Sampler"
 CAP = 32  # per-prompt cap of the streaming sampler: the reference rounds' 8 × 4
 K = 2  # Seq-Balance(2, 2), trained n = 4
 P_BINS = ((0.0, 0.0), (0.0, 0.1), (0.1, 0.35), (0.35, 0.65), (0.65, 0.9), (0.9, 1.0), (1.0, 1.0))
@@ -738,7 +740,7 @@ step opened early reads the records of the steps finished before it opened.
 """
     steps = len(main_run.outcomes["streaming"])
     prompts = main_run.outcomes["uniform_n4"][0].groups
-    return f"""## Sampler
+    return f"""{SECTION_TITLE}
 
 Reproduce: `{command}` (CPU, a few minutes; simulated numbers are deterministic for a seed).
 
@@ -788,19 +790,6 @@ latency-bound):
 
 {"Targets missed: " + "; ".join(misses) + "." if misses else "Every row meets both targets."}
 {overlap_block}{real_block}"""
-
-
-def write_docs_section(path: Path, section: str) -> None:
-    """Replace (or append) the `## Sampler` section of `path`, keeping every other section."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.strip() == "## Sampler"), None)
-    if start is None:
-        path.write_text(text.rstrip("\n") + "\n\n" + section)
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[end:])
-    path.write_text("".join(lines[:start]) + section + ("\n" + tail if tail else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -913,8 +902,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f" --real-engine {args.real_engine} --real-prompts {args.real_prompts} "
                 f"--real-steps {args.real_steps}"
             )
-        write_docs_section(
+        write_section(
             args.write_docs,
+            SECTION_TITLE,
             docs_section(
                 main_run,
                 sweep,

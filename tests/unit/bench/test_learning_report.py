@@ -1,6 +1,6 @@
 """The pure parts of `python -m adarl.bench learning`'s report, on synthetic runs: curve
 interpolation, mean ± spread, rollouts to reach a target, the tie rule, per-run extraction from a
-metrics.jsonl, the tables, the docs-section writer and `--report-only`."""
+metrics.jsonl, the tables and `--report-only`."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from adarl.bench.learning_report import (
     headline_table,
     losses_explained,
     overhead_share,
-    write_docs_section,
 )
 
 from ._runs import write_run
@@ -266,23 +265,7 @@ def test_overhead_share_is_step_time_outside_the_workloads() -> None:
         overhead_share({"rollout_wait": 1.0})
 
 
-# -- the docs section and --report-only ------------------------------------------------------------
-
-
-def test_write_docs_section_replaces_only_its_own_section(tmp_path: Path) -> None:
-    docs = tmp_path / "benchmarks.md"
-    before, after = "# Benchmarks\n\n## Learner\n\nkeep 1\n", "## Rollout\n\nkeep 2\n"
-    docs.write_text(before + "\n## Learning\n\nold text\n### sub\nold\n\n" + after)
-    write_docs_section(docs, "## Learning", "## Learning\n\nnew text\n")
-    assert docs.read_text() == before + "\n## Learning\n\nnew text\n\n" + after
-    # Missing: appended at the end, the rest unchanged.
-    write_docs_section(docs, "## Overhead", "## Overhead\n\nx\n")
-    assert docs.read_text().endswith(after + "\n## Overhead\n\nx\n")
-    assert docs.read_text().startswith(before)
-    with pytest.raises(ValueError, match="level-2 heading"):
-        write_docs_section(docs, "Learning", "Learning\n")
-    with pytest.raises(ValueError, match="must start with its heading"):
-        write_docs_section(docs, "## Learning", "no heading\n")
+# -- --report-only ---------------------------------------------------------------------------------
 
 
 def test_report_only_redraws_the_section_and_plots_from_the_json(tmp_path: Path) -> None:
