@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from adarl.bench.sampler import PassRateMix
+from adarl.bench.sampler_world import PassRateMix
 from adarl.rollout.simulated import ContinuousBatchingSimulator, LatencyModel
 
 
@@ -88,7 +88,7 @@ def test_pass_rate_mix_shares() -> None:
 
 
 def test_benchmark_cli_runs_small(tmp_path, capsys) -> None:
-    from adarl.bench.sampler import main
+    from adarl.bench.sampler_cli import main
 
     out = tmp_path / "b.md"
     args = ["--prompts", "12", "--steps", "1", "--sweep-engines", "--front", "0", "0.05"]
