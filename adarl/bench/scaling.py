@@ -55,10 +55,6 @@ def _memory_bytes() -> tuple[int, int]:
     return fields["Rss"], fields["Anonymous"]
 
 
-def _rss_bytes() -> int:
-    return _memory_bytes()[0]
-
-
 class _Sampler:
     """The largest RSS and anonymous memory seen while active, sampled every millisecond."""
 
