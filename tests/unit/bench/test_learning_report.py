@@ -306,6 +306,39 @@ def test_report_only_redraws_the_section_and_plots_from_the_json(tmp_path: Path)
     assert [r.to_json() for r in ReportData.load(data_path).runs] == [r.to_json() for r in runs]
 
 
+def test_report_only_needs_no_arm_of_arms(tmp_path: Path) -> None:
+    """A closed study's arms leave ARMS while its JSON stays in docs/data: the report is drawn
+    from the labels and experiments the JSON records, never from ARMS."""
+    closed = (("sb_closed_grpo", "grpo", 0.02), ("sb_closed_candidate", "ada_seq_balance", 0.03))
+    assert not {label for label, _, _ in closed} & {arm.label for arm in learning.ARMS}
+    runs = [
+        load_run(
+            write_run(
+                tmp_path / arm / "seed0",
+                rollouts_per_step=100,
+                accuracy_at_step={s: 0.1 + rate * s for s in (0, 5, 10)},
+                steps=10,
+            ),
+            arm=arm,
+            experiment=experiment,
+            seed=0,
+        )
+        for arm, experiment, rate in closed
+    ]
+    data = ReportData(
+        setting={**learning.REDUCED.__dict__, "arms": [label for label, _, _ in closed]},
+        command="python -m adarl.bench learning --seeds 1 --arms sb_closed_grpo ...",
+        runs=runs,
+    )
+    data_path, docs = tmp_path / "learning.json", tmp_path / "docs" / "benchmarks.md"
+    data.save(data_path)
+    argv = ["--report-only", "--data", str(data_path), "--docs", str(docs)]
+    assert learning.main([*argv, "--figures-dir", str(tmp_path / "docs" / "figures")]) == 0
+    text = docs.read_text()
+    assert "| **sb_closed_grpo** (GRPO-best) | 1 |" in text
+    assert "| sb_closed_candidate | 1 |" in text
+
+
 def test_the_hints_table_reports_per_step_shares_and_rescues() -> None:
     from adarl.bench.learning_report import hints_section, hints_table
 
