@@ -15,7 +15,8 @@ import pytest
 
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs, build_sampler
-from adarl.bench.sampler import StepsOutcome, fake_world, run_steps, sampler_configs
+from adarl.bench.sampler import StepsOutcome, run_steps, sampler_configs
+from adarl.bench.sampler_world import fake_world
 from adarl.config.allocator import AllocatorConfig, SequentialConfig
 from adarl.driver import RolloutPhase
 from adarl.rollout.simulated import LatencyModel
