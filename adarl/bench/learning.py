@@ -315,7 +315,6 @@ def launch_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
         ("MKL_NUM_THREADS", "1"),
         ("TOKENIZERS_PARALLELISM", "false"),
         ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
-        ("TORCHDYNAMO_DISABLE", "1"),
         ("WANDB_MODE", "offline"),
         ("RAY_AUTH_MODE", "disabled"),
     ):

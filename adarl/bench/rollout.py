@@ -392,7 +392,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One thread, vLLM in-process: set before torch/vLLM are imported.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     import torch
 
     torch.set_num_threads(1)
