@@ -196,7 +196,7 @@ def run_load_rank(
 
 
 def _free_port() -> int:
-    from adarl.learner.learner import free_port
+    from adarl.learner.process_group import free_port
 
     return free_port()
 
@@ -244,7 +244,7 @@ def _layouts(model_dir: str, bucket_bytes: int) -> list[Any]:
     import torch
     from safetensors import safe_open
 
-    from adarl.learner.learner import WeightInfo
+    from adarl.learner.weights import WeightInfo
     from adarl.weight_transport import plan_buckets
 
     dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}

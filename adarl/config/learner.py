@@ -36,7 +36,8 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
     loss: the policy loss (`PolicyLossConfig`).
     weight_sync: how new weights reach the rollout engines (`WeightSyncConfig`).
 
-`PolicyLossConfig` (equations: adarl/algo/loss.py)
+`PolicyLossConfig` (equations: adarl/algo/loss.py; `Learner` takes this record itself, so these
+defaults are the only ones)
     aggregation: "token_mean", "sequence_mean" or "sequence_sum"; normalised by whole-batch
         counts, so the loss does not depend on how the batch is split across ranks/micro-batches.
     clip_low, clip_high: PPO ratio clip range [1 - clip_low, 1 + clip_high].

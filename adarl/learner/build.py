@@ -8,25 +8,9 @@ from typing import TYPE_CHECKING, Any
 from adarl.config.faults import FaultsConfig
 from adarl.config.seeds import seed_or_default
 from adarl.learner.group import LearnerGroup
-from adarl.learner.learner import PolicyLossSettings
 
 if TYPE_CHECKING:
     from adarl.config.learner import LearnerConfig
-
-
-def policy_loss_settings(config: LearnerConfig) -> PolicyLossSettings:
-    loss = config.loss
-    return PolicyLossSettings(
-        aggregation=loss.aggregation,  # type: ignore[arg-type]  # validated by config
-        clip_low=loss.clip_low,
-        clip_high=loss.clip_high,
-        dual_clip=loss.dual_clip,
-        ratio_reference=loss.ratio_reference,
-        tis_cap=loss.tis_cap,
-        kl_coef=loss.kl_coef,
-        kl_estimator=loss.kl_estimator,  # type: ignore[arg-type]
-        entropy_coef=loss.entropy_coef,
-    )
 
 
 def build_learner_group(
@@ -72,7 +56,7 @@ def build_learner_group(
         logprob_chunk_tokens=config.logprob_chunk_tokens,
         activation_checkpointing=config.activation_checkpointing,
         temperature=temperature,
-        loss=policy_loss_settings(config),
+        loss=config.loss,
         reference_model_path=config.reference_model,
         seed=seed_or_default(config.seed),
         device="cuda" if gpus_per_learner > 0 else "cpu",

@@ -42,14 +42,15 @@ from adarl.learner.batching import (
     split_across_ranks,
     validate_train_batch,
 )
-from adarl.learner.learner import Learner, RankStepResult, WeightInfo
+from adarl.learner.checkpoint import latest_tag
+from adarl.learner.learner import Learner, RankStepResult
+from adarl.learner.weights import WeightInfo
 from adarl.types import StatisticsReply, StatisticsRequest, TrainBatch, WeightVersion
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_LATEST_FILE = "latest"  # written by DeepSpeed next to the tagged directories
 TIMEOUT_KEY = "faults.learner_call_timeout_s"
 
 
@@ -568,7 +569,7 @@ class LearnerGroup:
 
     def load_checkpoint(self, directory: str | Path, *, tag: str | None = None) -> None:
         """Restore model, optimizer, scheduler and the weight version (latest tag by default)."""
-        tag = tag or _latest_tag(directory)
+        tag = tag or latest_tag(directory)
         states = self._wait(
             [h.submit(Learner.load_checkpoint, str(directory), tag=tag) for h in self._handles],
             "loading the learners' checkpoint",
@@ -578,7 +579,7 @@ class LearnerGroup:
     def load_weights(self, directory: str | Path, *, tag: str | None = None) -> None:
         """Only the policy's weights from a checkpoint `save_checkpoint` wrote, whatever number
         of learners wrote it (`Learner.load_weights`); the weight version is left to the caller."""
-        tag = tag or _latest_tag(directory)
+        tag = tag or latest_tag(directory)
         self._wait(
             [h.submit(Learner.load_weights, str(directory), tag=tag) for h in self._handles],
             "loading the policy's weights from a checkpoint",
@@ -636,13 +637,6 @@ class LearnerGroup:
                 "optimizer shard and process group are gone): the run stops; the last checkpoint "
                 "is intact and checkpoint.resume=auto continues from it"
             ) from error
-
-
-def _latest_tag(directory: str | Path) -> str:
-    latest = Path(directory) / CHECKPOINT_LATEST_FILE
-    if not latest.is_file():
-        raise FileNotFoundError(f"no {CHECKPOINT_LATEST_FILE!r} file in {directory}")
-    return latest.read_text().strip()
 
 
 def _learner_default(name: str) -> Any:
