@@ -43,6 +43,8 @@ def build_learner_group(
         scheduling=scheduling,
         call_timeout_s=faults.learner_call_timeout_s,
         max_nonfinite_streak=faults.max_nonfinite_streak,
+        mini_batches_per_step=config.mini_batches_per_step,
+        epochs_per_step=config.epochs_per_step,
         model_path=model_path,
         zero_stage=config.zero_stage,
         precision=config.precision,

@@ -51,7 +51,7 @@ import torch
 
 from adarl.algo.loss import policy_loss
 from adarl.config.learner import PolicyLossConfig
-from adarl.learner.batching import plan_micro_batches, sequence_lengths
+from adarl.learner.batching import MiniBatchShard, plan_micro_batches, sequence_lengths
 from adarl.learner.checkpoint import load_engine_state, load_engine_weights, save_engine_state
 from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
 from adarl.learner.loading import checkpoint_files, load_partitioned
@@ -396,31 +396,63 @@ class Learner:
         return logprobs, entropy, input_ids, attention_mask
 
     def train_step(
-        self,
-        batch: TrainBatch,
-        *,
-        num_micro_batches: int,
-        global_num_tokens: float,
-        global_num_sequences: float,
-    ) -> RankStepResult:
-        """One optimizer step on this rank's shard: its micro-batches each add their share of
-        the whole-batch gradient (`_accumulate_gradients`), then the optimizer steps once;
-        gradients are summed over all ranks.
+        self, mini_batches: Sequence[MiniBatchShard], *, epochs: int = 1
+    ) -> list[RankStepResult]:
+        """One training step on this rank: `epochs` passes over the step's mini-batches (this
+        rank's shard of each, `adarl.learner.batching.plan_mini_batch_shards`), one optimizer
+        step per mini-batch per pass (`optimizer_step`); one result per optimizer step.
 
-        `global_num_*` are the whole batch's counts (`BatchCounts`); `num_micro_batches` is the
-        same on all ranks (the most any rank needs for its shard).
-        """
+        One mini-batch and one pass is one optimizer step on the whole batch. With more,
+        ratio_reference "learner" takes π_old of every mini-batch from the weights the step
+        starts from, scored before the first update (verl's old log-probs); "behaviour" keeps
+        the engines' log-probs, so later steps' ratios also carry the drift of earlier ones."""
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        proximal: list[torch.Tensor | None] = [None] * len(mini_batches)
+        if self.loss.ratio_reference == "learner" and len(mini_batches) * epochs > 1:
+            proximal = [self._response_logprobs(mini) for mini in mini_batches]
+        return [
+            self.optimizer_step(mini, proximal_logprobs=old)
+            for _ in range(epochs)
+            for mini, old in zip(mini_batches, proximal, strict=True)
+        ]
+
+    @torch.no_grad()
+    def _response_logprobs(self, mini: MiniBatchShard) -> torch.Tensor:  # [B, T] of the shard
+        """log π_T of the shard's tokens under the current weights, micro-batch by micro-batch
+        (the same number on every rank, for ZeRO-3's collective gathers)."""
+        shard = mini.shard
+        out = torch.zeros(shard.input_ids.shape, device=self._device)
+        for part in self._micro_batches(shard, mini.num_micro_batches):
+            logprobs = self._forward(self.engine, None if part is None else part[1])[0]
+            if part is not None:
+                rows, micro = part
+                out[torch.tensor(rows), : micro.input_ids.shape[1]] = logprobs.float()
+        return out
+
+    def optimizer_step(
+        self, mini: MiniBatchShard, *, proximal_logprobs: torch.Tensor | None = None
+    ) -> RankStepResult:
+        """One optimizer step on this rank's shard of one mini-batch: its micro-batches each add
+        their share of the mini-batch's gradient (`_accumulate_gradients`), then the optimizer
+        steps once; gradients are summed over all ranks. `proximal_logprobs` ([B, T] of the
+        shard): π_old for ratio_reference "learner" when it is not the current weights."""
         engine = self.engine
         sums: dict[str, float] = {}
         padded_tokens = 0
         forward_backward = _Timer()
         with forward_backward.measure():
-            for part in self._micro_batches(batch, num_micro_batches):
+            for part in self._micro_batches(mini.shard, mini.num_micro_batches):
                 micro = None if part is None else part[1]
+                old = None
+                if part is not None and proximal_logprobs is not None:
+                    rows, micro = part
+                    old = proximal_logprobs[torch.tensor(rows), : micro.input_ids.shape[1]]
                 shares = self._accumulate_gradients(
                     micro,
-                    global_num_tokens=global_num_tokens,
-                    global_num_sequences=global_num_sequences,
+                    global_num_tokens=mini.global_num_tokens,
+                    global_num_sequences=mini.global_num_sequences,
+                    proximal_logprobs=old,
                 )
                 if micro is not None:
                     padded_tokens += int(micro.input_ids.numel())
@@ -434,7 +466,7 @@ class Learner:
             loss_metrics=sums,
             grad_norm=self._last_grad_norm(),
             learning_rate=learning_rate,
-            num_micro_batches=num_micro_batches,
+            num_micro_batches=mini.num_micro_batches,
             padded_tokens=padded_tokens,
             forward_backward_s=forward_backward.seconds,
             optimizer_step_s=optimizer_step.seconds,
@@ -447,10 +479,13 @@ class Learner:
         *,
         global_num_tokens: float,
         global_num_sequences: float,
+        proximal_logprobs: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Forward and backward of one micro-batch: its share of the whole-batch loss gradient
+        """Forward and backward of one micro-batch: its share of the mini-batch's loss gradient
         is added to the engine's gradients; returns its additive metric shares. `None` is an
-        empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step."""
+        empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step.
+        `proximal_logprobs`: π_old scored earlier; None with ratio_reference "learner" means
+        the current weights (the first and only optimizer step of a training step)."""
         engine = self.engine
         settings = self.loss
         logprobs, entropy, _, _ = self._forward(
@@ -475,7 +510,11 @@ class Learner:
             clip_high=settings.clip_high,
             dual_clip=settings.dual_clip,
             proximal_logprobs=(
-                logprobs.detach() if settings.ratio_reference == "learner" else None
+                None
+                if settings.ratio_reference != "learner"
+                else logprobs.detach()
+                if proximal_logprobs is None
+                else proximal_logprobs
             ),
             tis_cap=settings.tis_cap,
             ref_logprobs=ref_logprobs,

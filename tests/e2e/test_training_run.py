@@ -226,19 +226,30 @@ def _session_steps(
     return seen
 
 
+MINI_BATCHES = (
+    "learner.mini_batches_per_step=2",
+    "learner.epochs_per_step=2",
+    "learner.loss.ratio_reference=learner",
+)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_resume_repeats_the_uninterrupted_run(tmp_path: Path, model_cache: str) -> None:
-    uninterrupted = _session_steps(tmp_path / "a", model_cache, total_steps=4)
-    first_half = _session_steps(tmp_path / "b", model_cache, total_steps=2)  # stops after step 2
-    resumed = _session_steps(tmp_path / "b", model_cache, total_steps=4)  # resume=auto
+    """With the recipe's mini-batch updates (2 mini-batches × 2 epochs, π_old scored by the
+    learner before the step's first update): the optimizer, its schedule and the cut of each
+    batch into mini-batches all resume as they were."""
+    uninterrupted = _session_steps(tmp_path / "a", model_cache, 4, *MINI_BATCHES)
+    first_half = _session_steps(tmp_path / "b", model_cache, 2, *MINI_BATCHES)  # stops at 2
+    resumed = _session_steps(tmp_path / "b", model_cache, 4, *MINI_BATCHES)  # resume=auto
 
     assert [s["step"] for s in first_half] == [1, 2]
     assert [s["step"] for s in resumed] == [3, 4]  # continued, did not start over
     assert first_half == uninterrupted[:2]
     assert resumed == uninterrupted[2:]  # same prompts, same pools, same advantages
-    steps = [row["step"] for row in read_metrics_jsonl(tmp_path / "b" / "metrics.jsonl")]
-    assert steps == [0, 1, 2, 3, 4]  # nothing lost, nothing logged twice
+    rows = read_metrics_jsonl(tmp_path / "b" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]  # nothing lost, nothing logged twice
+    assert all(row["train/optimizer_steps"] == 4 for row in rows[1:])
     # The synchronous loop (rollout.max_off_policy_steps=0) trains on current weights only and
     # never samples ahead.
     assert all(s["staleness"] == 0 and s["pipeline_metrics"] == [] for s in uninterrupted)
