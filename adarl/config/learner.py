@@ -41,6 +41,10 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
     seed: seed of each learner's torch RNG; None (default) = derived from the root `seed`.
     reference_model: a model directory for the frozen KL reference; None = the initial policy.
         Loaded only when `loss.kl_coef` ≠ 0.
+    reference_reset_every_steps: ProRL's reference reset (arXiv 2505.24864): every this many
+        training steps the KL reference becomes a copy of the current policy (the optimizer's
+        moments are kept; ProRL also resets them). Needs `loss.kl_coef` > 0. None = never: the
+        KL anchors the policy to where training started. Checkpoints hold the moved reference.
     loss: the policy loss (`PolicyLossConfig`).
     weight_sync: how new weights reach the rollout engines (`WeightSyncConfig`).
 
@@ -176,6 +180,7 @@ class LearnerConfig:
     activation_checkpointing: bool = False
     seed: int | None = None
     reference_model: str | None = None
+    reference_reset_every_steps: int | None = None
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
@@ -217,3 +222,10 @@ class LearnerConfig:
             )
         self.loss.validate()
         self.weight_sync.validate()
+        every = self.reference_reset_every_steps
+        if every is not None and (every < 1 or self.loss.kl_coef <= 0):
+            raise ValueError(
+                f"learner.reference_reset_every_steps={every} needs a value >= 1 and a KL term "
+                f"to reset (learner.loss.kl_coef={self.loss.kl_coef}): set learner.loss.kl_coef "
+                "> 0, or learner.reference_reset_every_steps=null"
+            )

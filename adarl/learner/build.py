@@ -45,6 +45,7 @@ def build_learner_group(
         max_nonfinite_streak=faults.max_nonfinite_streak,
         mini_batches_per_step=config.mini_batches_per_step,
         epochs_per_step=config.epochs_per_step,
+        reference_reset_every_steps=config.reference_reset_every_steps,
         model_path=model_path,
         zero_stage=config.zero_stage,
         precision=config.precision,

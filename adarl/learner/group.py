@@ -212,6 +212,7 @@ class LearnerGroup:
         max_nonfinite_streak: int | None = None,
         mini_batches_per_step: int = 1,
         epochs_per_step: int = 1,
+        reference_reset_every_steps: int | None = None,
         **learner_kwargs: Any,
     ) -> None:
         """`scheduling`: per rank, the Ray scheduling strategy that places it (the resource
@@ -219,7 +220,9 @@ class LearnerGroup:
         limit). `max_nonfinite_streak`: consecutive skipped non-finite steps that stop the run
         (None = never). `mini_batches_per_step`, `epochs_per_step`: a training step is
         `epochs_per_step` passes over its batch cut into that many mini-batches of whole groups,
-        one optimizer step each (`adarl.learner.batching.split_mini_batches`)."""
+        one optimizer step each (`adarl.learner.batching.split_mini_batches`).
+        `reference_reset_every_steps`: every this many training steps the KL reference becomes
+        the current policy (`Learner.reset_reference`); None = never."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
         if mini_batches_per_step < 1 or epochs_per_step < 1:
@@ -245,6 +248,12 @@ class LearnerGroup:
         self.num_learners = num_learners
         self.mini_batches_per_step = mini_batches_per_step
         self.epochs_per_step = epochs_per_step
+        if reference_reset_every_steps is not None and reference_reset_every_steps < 1:
+            raise ValueError(
+                f"reference_reset_every_steps must be >= 1 or None, got "
+                f"{reference_reset_every_steps}"
+            )
+        self.reference_reset_every_steps = reference_reset_every_steps
         self.call_timeout_s = call_timeout_s
         self.max_nonfinite_streak = max_nonfinite_streak
         self._skipped_nonfinite = 0  # steps skipped over the run (restored on resume)
@@ -370,6 +379,15 @@ class LearnerGroup:
                     "its last checkpoint intact. Look for NaN/inf in the rewards, advantages or "
                     "behaviour log-probs, or lower learner.learning_rate"
                 )
+        every = self.reference_reset_every_steps
+        if every is not None:
+            reset = self._step % every == 0
+            if reset:
+                self._wait(
+                    [h.submit(Learner.reset_reference) for h in self._handles],
+                    "resetting the KL reference to the policy",
+                )
+            metrics["train/reference_reset"] = float(reset)
         metrics["timing/learner_step_s"] = time.perf_counter() - start
         self._last_metrics = metrics
         return TrainStepResult(

@@ -52,7 +52,13 @@ import torch
 from adarl.algo.loss import policy_loss
 from adarl.config.learner import PolicyLossConfig
 from adarl.learner.batching import MiniBatchShard, plan_micro_batches, sequence_lengths
-from adarl.learner.checkpoint import load_engine_state, load_engine_weights, save_engine_state
+from adarl.learner.checkpoint import (
+    load_engine_state,
+    load_engine_weights,
+    load_reference_state,
+    save_engine_state,
+    save_reference_state,
+)
 from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
 from adarl.learner.loading import checkpoint_files, load_partitioned
 from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
@@ -168,6 +174,7 @@ class Learner:
         self._owns_process_group = False
         self._stage0_grad_norm: float | None = None
         self._weights: PolicyWeights | None = None
+        self._reference_was_reset = False  # the reference holds other weights than it loaded
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -640,12 +647,61 @@ class Learner:
 
     def save_checkpoint(self, directory: str, *, tag: str, client_state: dict[str, Any]) -> None:
         """DeepSpeed state (model, optimizer, LR scheduler) of every rank under directory/tag,
-        with the group's `client_state` (adarl/learner/checkpoint.py)."""
+        with the group's `client_state` (adarl/learner/checkpoint.py); and the KL reference's
+        weights once `reset_reference` has moved it off its initial ones."""
         save_engine_state(self.engine, directory, tag=tag, client_state=client_state)
+        if self._reference_was_reset:
+            save_reference_state(
+                self._reference_module,
+                directory,
+                tag=tag,
+                rank=self.rank,
+                partitioned=self.zero_stage == 3,
+            )
 
     def load_checkpoint(self, directory: str, *, tag: str) -> dict[str, Any]:
         """Restore what `save_checkpoint` wrote; returns its `client_state`."""
-        return load_engine_state(self.engine, directory, tag=tag)
+        state = load_engine_state(self.engine, directory, tag=tag)
+        if self._reference is not None:
+            self._reference_was_reset = load_reference_state(
+                self._reference_module, directory, tag=tag, partitioned=self.zero_stage == 3
+            )
+        return state
+
+    @property
+    def _reference_module(self) -> torch.nn.Module:
+        """The reference's `TokenScorer` (inside its frozen engine under ZeRO-3)."""
+        return getattr(self._reference, "module", self._reference)
+
+    @torch.no_grad()
+    def reset_reference(self) -> None:
+        """ProRL's reference reset (Liu et al. 2025, arXiv 2505.24864): the KL anchor moves to the
+        current policy, so the KL term stops pulling the policy back towards where training
+        started and pulls it towards where it is now. (ProRL also resets the optimizer's
+        moments; adarl keeps them.) Collective under ZeRO-3."""
+        if self._reference is None:
+            raise RuntimeError(
+                "reset_reference needs a KL reference model: set learner.loss.kl_coef > 0"
+            )
+        policy = dict(self.module.named_parameters())
+        targets = dict(self._reference_module.named_parameters())
+        if targets.keys() != policy.keys():
+            raise RuntimeError("the KL reference and the policy have different parameters")
+        if self.zero_stage == 3:
+            import deepspeed
+
+            # Every rank gathers both; rank 0's copy is partitioned back into the reference.
+            with (
+                deepspeed.zero.GatheredParameters(list(policy.values()), modifier_rank=None),
+                deepspeed.zero.GatheredParameters(list(targets.values()), modifier_rank=0),
+            ):
+                if self.rank == 0:
+                    for name, target in targets.items():
+                        target.copy_(policy[name])
+        else:
+            for name, target in targets.items():
+                target.copy_(policy[name])
+        self._reference_was_reset = True
 
     def load_weights(self, directory: str, *, tag: str) -> None:
         """Only the policy's weights from what `save_checkpoint` wrote, by any number of ranks;
