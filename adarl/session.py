@@ -38,7 +38,7 @@ from adarl.cluster import (
 )
 from adarl.config import AdarlConfig
 from adarl.config.seeds import seed_or_default
-from adarl.driver import Driver, StepOutcome, merge_metrics
+from adarl.driver import Driver, StepOutcome
 from adarl.evaluation import EvalResult, Evaluator
 from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
@@ -50,7 +50,9 @@ from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.hint_service import build_hints
 from adarl.rollout.pool import build_rollout_pool
+from adarl.rollout_phase import PhaseParts
 from adarl.run_summary import RunSummary
+from adarl.step_metrics import merge_metrics
 from adarl.tasks.baselines import constant_answer_applies
 from adarl.tasks.build import build_prompt_source, build_test_examples
 from adarl.weight_sync.build import build_weight_sync
@@ -292,17 +294,24 @@ class TrainingSession:
                 faults=faults,
             )
             self._closers.append(self.hint_generator.close)
-        self.driver = Driver(
-            prompts=self.prompts,
-            codec=self.codec,
+        phase_parts = PhaseParts(
             allocator=self.allocator,
             rollout=self.rollout,
             rewards=self.rewards,
+            prompts=self.prompts,
+            codec=self.codec,
+            hints=self.hint_generator,
+            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
+            # A sampler's statistics (GVM's gradient norms), by the learners at current weights.
+            statistics=functools.partial(
+                self.learners.sample_statistics, pad_token_id=self.codec.pad_token_id
+            ),
+        )
+        self.driver = Driver(
+            parts=phase_parts,
             learners=self.learners,
             weight_sync=self.weight_sync,
             prompts_per_step=config.allocator.prompts_per_step,
-            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
-            hints=self.hint_generator,
             on_step_end=self.on_step_end,
             max_off_policy_steps=config.rollout.max_off_policy_steps,
             max_rollouts=config.trainer.max_rollouts,
