@@ -11,7 +11,7 @@ import torch
 
 from adarl.allocator import build_allocator
 from adarl.config.allocator import AllocatorConfig, GroupConfig
-from adarl.evaluation import EvalResult, Evaluator, eval_reward_metrics
+from adarl.evaluation import EvalKind, EvalResult, Evaluator, eval_reward_metrics
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
@@ -149,6 +149,19 @@ def test_evaluation_reports_accuracy_by_difficulty(world) -> None:
     assert metrics["eval/accuracy_by_difficulty/1"] == 1.0
     assert metrics["eval/accuracy_by_difficulty/2"] == 1.0
     assert metrics["eval/num_prompts"] == 8.0
+
+
+def test_the_base_and_final_evaluations_draw_their_own_sample_count(world) -> None:
+    _, held_out, codec, rollout, rewards = world
+    evaluator = dataclasses.replace(_evaluator(held_out, codec), final_samples_per_prompt=6)
+    drawn = {
+        kind: evaluator.evaluate(rollout, rewards, step=0, kind=kind).samples_per_prompt
+        for kind in EvalKind
+    }
+    assert drawn == {EvalKind.BASE: 6, EvalKind.PERIODIC: 4, EvalKind.FINAL: 6}
+    # None (eval.final_samples_per_prompt=null): every evaluation draws samples_per_prompt.
+    plain = _evaluator(held_out, codec)
+    assert plain.evaluate(rollout, rewards, step=0, kind=EvalKind.FINAL).samples_per_prompt == 4
 
 
 def test_evaluation_reports_the_best_constant_answer_and_checkpoints_it(world, tmp_path) -> None:
