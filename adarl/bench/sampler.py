@@ -1,8 +1,8 @@
 """The runs of `python -m adarl.bench sampler` (adarl/bench/sampler_cli.py): what streaming
 sequential sampling costs in rollouts and time.
 
-Every number comes from the driver's own rollout phase, `adarl.driver.collect_groups`, with the
-real `BudgetAllocator`, samplers, group builder and `RewardPool`:
+Every number comes from the driver's own rollout phase, `adarl.rollout_phase.collect_groups`,
+with the real `BudgetAllocator`, samplers, group builder and `RewardPool`:
 
 * **simulated** (the claim about GPU clusters): outcomes from the scripted `FakeEngine` (known pass
   rates, drawn from adarl/bench/sampler_world.py's `PassRateMix`), time from
@@ -34,12 +34,18 @@ from adarl.allocator.metrics import is_mixed
 from adarl.bench.bandit import NoPrompts
 from adarl.bench.sampler_world import FakeWorld, fake_world
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
-from adarl.driver import RolloutPhase, RolloutPoolLike, RolloutStream, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
+from adarl.rollout_phase import (
+    PhaseParts,
+    RolloutPhase,
+    RolloutPoolLike,
+    RolloutStream,
+    collect_groups,
+)
 from adarl.types import GenerationRequest, SamplingParams, TaskExample
 
 CAP = 32  # per-prompt cap of the streaming sampler: the reference rounds' 8 × 4
@@ -94,9 +100,7 @@ def run_phase(
     allocator = allocator if allocator is not None else build_allocator(config)
     counter = _DrawCounter(pool)
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=2) as rewards:
-        phase: RolloutPhase = collect_groups(
-            step,
-            examples,
+        parts = PhaseParts(
             allocator=allocator,
             rollout=counter,
             rewards=rewards,
@@ -104,6 +108,7 @@ def run_phase(
             codec=codec,
             clock=clock,
         )
+        phase = collect_groups(step, examples, parts)
     groups = phase.result.groups
     return PhaseOutcome(
         wall_s=phase.wall_s,
@@ -269,12 +274,14 @@ def run_steps(
     most_open = 1
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=2) as rewards:
         stream = RolloutStream(
-            allocator=allocator,
-            rollout=pool,
-            rewards=rewards,
-            prompts=NoPrompts(),
-            codec=world.codec,
-            clock=pool.now,
+            PhaseParts(
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=NoPrompts(),
+                codec=world.codec,
+                clock=pool.now,
+            )
         )
 
         def opener(step: int):
