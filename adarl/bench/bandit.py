@@ -31,11 +31,13 @@ import torch
 
 from adarl.algo.drawing import DrawRule, expected_samples_drawn
 from adarl.algo.implied import implied_weight, log_gate
+from adarl.algo.loss import policy_loss
 from adarl.algo.stopping import StoppingRule
 from adarl.allocator import Sampler, build_allocator
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.config.allocator import AllocatorConfig
+from adarl.learner.batching import split_mini_batches
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.base import VerifierResult
 from adarl.reward.pool import RewardPool
@@ -52,6 +54,7 @@ from adarl.types import (
     StatisticsReply,
     StatisticsRequest,
     TaskExample,
+    TrainBatch,
 )
 
 RESPONSES = 4  # response 0 is correct
@@ -226,6 +229,7 @@ def measure(
     seed: int = 0,
     behaviour: Mapping[float, float] | None = None,
     tis_cap: float = 2.0,
+    mini_batches: int = 1,
 ) -> list[WeightCheck]:
     """Run `steps` rollout phases of `config` on fresh bandit prompts (module docstring).
 
@@ -233,7 +237,12 @@ def measure(
     the engine samples from instead: samples lag the learner, as with
     `rollout.max_off_policy_steps`. ĝ is then the real loss's gradient at the current policy
     (`stale_gradient`: decoupled PPO with the ratio against the current policy and each sample
-    re-weighted by min(π/μ, tis_cap)), and the target stays the current policy's w(p)·∇p."""
+    re-weighted by min(π/μ, tis_cap)), and the target stays the current policy's w(p)·∇p.
+
+    `mini_batches` > 1: only the prompts of the step's first mini-batch count, as the learners
+    cut the step's `TrainBatch` (`adarl.learner.batching.split_mini_batches`), each ĝ through the
+    real loss on its own (`first_mini_batch_gradient`); the rates are interleaved so that every
+    mini-batch holds all of them. (The first optimizer step of a mini-batch update.)"""
     behaviour = behaviour or {}
     engine = BanditEngine()
     codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
@@ -247,7 +256,11 @@ def measure(
     drawn: dict[float, list[int]] = {p: [] for p in pass_rates}
     with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
         for step in range(steps):
-            rates = [p for p in pass_rates for _ in range(prompts_per_rate)]
+            rates = (
+                [p for p in pass_rates for _ in range(prompts_per_rate)]
+                if mini_batches == 1
+                else [p for _ in range(prompts_per_rate) for p in pass_rates]
+            )
             examples = [
                 TaskExample(
                     prompt_id=f"s{step}b{i}",
@@ -274,10 +287,16 @@ def measure(
             )
             rate.update(source.rates)
             groups = {g.prompt_id: g for g in phase.result.groups}
+            if mini_batches > 1:
+                first = first_mini_batch(phase.result.groups, mini_batches, codec)
+                rate = {pid: p for pid, p in rate.items() if pid in first}
             for pid, p in rate.items():
                 group = groups.get(pid)
                 g = np.zeros(RESPONSES)  # a prompt that kept no group contributes nothing
-                if group is not None and p in behaviour:
+                if group is not None and mini_batches > 1:
+                    g += first_mini_batch_gradient(p, group) * group_size
+                    drawn[p].append(group.pool_size)
+                elif group is not None and p in behaviour:
                     g += stale_gradient(p, group, tis_cap=tis_cap) * group_size
                     drawn[p].append(group.pool_size)
                 elif group is not None:
@@ -315,6 +334,34 @@ def measure(
     return checks
 
 
+def first_mini_batch(groups: Sequence[Group], mini_batches: int, codec: PromptCodec) -> set[str]:
+    """The prompts whose groups the learners train in the step's first mini-batch."""
+    batch = TrainBatch.from_groups(groups, pad_token_id=codec.pad_token_id)
+    first = split_mini_batches(batch, mini_batches)[0]
+    return {groups[int(i)].prompt_id for i in first.prompt_index.unique().tolist()}
+
+
+def first_mini_batch_gradient(p: float, group: Group) -> np.ndarray:  # [4]
+    """ĝ of one group through the learner's real loss at its first optimizer step: the weights
+    that sampled (ρ = 1), each sequence counting its `sequence_weight` in the normaliser, as
+    `BatchCounts` counts it: ĝ = -∇_θ L = (1/n)·Σ_j A_j·(e_{a_j} - π), n = Σ_j weight_j."""
+    rows = len(group.rollouts)
+    theta = torch.tensor(np.log(policy(p)), dtype=torch.float64, requires_grad=True)  # [4]
+    actions = torch.tensor([int(s.rollout.completion.text) for s in group.rollouts])
+    logprobs = torch.log_softmax(theta, dim=0)[actions][:, None]  # [N, 1]
+    count = rows * group.sequence_weight
+    output = policy_loss(
+        logprobs=logprobs,
+        behaviour_logprobs=logprobs.detach(),
+        advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
+        response_mask=torch.ones((rows, 1), dtype=torch.bool),
+        global_num_tokens=count,
+        global_num_sequences=count,
+    )
+    (gradient,) = torch.autograd.grad(output.loss, theta)
+    return -gradient.numpy()
+
+
 def stale_gradient(p: float, group: Group, *, tis_cap: float) -> np.ndarray:  # [4]
     """ĝ of one group through the learner's real loss (`adarl.algo.loss.policy_loss`) at the
     current policy π = policy(p), for samples drawn by a stale engine that reported log μ:
@@ -323,8 +370,6 @@ def stale_gradient(p: float, group: Group, *, tis_cap: float) -> np.ndarray:  # 
 
     (ratio against the current policy, `ratio_reference=learner`: 1 with gradient ∇ log π;
     TIS weight C = `tis_cap`), one token per response, normalised by the n trained samples."""
-    from adarl.algo.loss import policy_loss
-
     n = len(group.rollouts)
     theta = torch.tensor(np.log(policy(p)), dtype=torch.float64, requires_grad=True)  # [4]
     actions = torch.tensor([int(s.rollout.completion.text) for s in group.rollouts])
