@@ -64,6 +64,13 @@ defaults are the only ones)
     kl_coef: weight of the KL(π_θ ‖ π_ref) loss term; 0 = no reference model is loaded.
     kl_estimator: "k1", "k2" or "k3".
     entropy_coef: weight of the entropy bonus (subtracted from the loss); 0 = logged only.
+    simko_alpha: SimKO (arXiv 2510.14807): on the high-entropy tokens of responses with a
+        positive advantage, this share α of the ratio's gradient goes to the top-K candidate
+        tokens instead of the sampled one (0 = off; the paper's 0.01). Its other settings:
+        simko_top_k (K, 3), simko_entropy_quantile (a token is high-entropy above this quantile
+        of its response's token entropies, 0.8), simko_negative_scale (the advantage of a
+        negative response's high-entropy token is multiplied by this where the token is the
+        policy's most likely one, 1.1). adarl/algo/loss.py `simko_ratio`; docs/algorithms.md §14.
 
 `WeightSyncConfig`
     method: "object_store" (CPU path: full weights gathered once, shipped in buckets through
@@ -99,6 +106,10 @@ class PolicyLossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
+    simko_alpha: float = 0.0
+    simko_top_k: int = 3
+    simko_entropy_quantile: float = 0.8
+    simko_negative_scale: float = 1.1
 
     def validate(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -128,6 +139,20 @@ class PolicyLossConfig:
                 )
         if self.kl_coef < 0:
             raise ValueError(f"learner.loss.kl_coef={self.kl_coef} must be >= 0")
+        if not 0.0 <= self.simko_alpha < 1.0:
+            raise ValueError(
+                f"learner.loss.simko_alpha={self.simko_alpha} must be in [0, 1) (0 = off; the "
+                "paper's 0.01)"
+            )
+        if self.simko_top_k < 1 or not 0.0 < self.simko_entropy_quantile < 1.0:
+            raise ValueError(
+                f"learner.loss.simko_top_k={self.simko_top_k} must be >= 1 and "
+                f"learner.loss.simko_entropy_quantile={self.simko_entropy_quantile} in (0, 1)"
+            )
+        if self.simko_negative_scale <= 0:
+            raise ValueError(
+                f"learner.loss.simko_negative_scale={self.simko_negative_scale} must be > 0"
+            )
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(
                 f"learner.loss.kl_estimator={self.kl_estimator!r}; use one of {list(KL_ESTIMATORS)}"

@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -91,6 +91,17 @@ class RankStepResult:
     forward_backward_s: float
     optimizer_step_s: float
     skipped_nonfinite: bool = False  # the update was discarded: non-finite loss or gradients
+
+
+class _Forward(NamedTuple):
+    """What `Learner._forward` returns (on the rank's device)."""
+
+    logprobs: torch.Tensor  # [B, T] log π_T at the scored positions, 0 elsewhere
+    entropy: torch.Tensor  # [B, T] H(π_T) there
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T] long
+    top_logprobs: torch.Tensor | None = None  # [B, T, K] with top_k > 0
+    is_top1: torch.Tensor | None = None  # [B, T] bool with top_k > 0
 
 
 @dataclass
@@ -378,8 +389,10 @@ class Learner:
         *,
         score: str = "response",
         entropy_grad: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log π_T [B, T], entropy [B, T], input_ids, attention_mask) on this rank's device.
+        top_k: int = 0,
+    ) -> _Forward:
+        """log π_T [B, T], entropy [B, T], input_ids and attention_mask on this rank's device,
+        and with `top_k` > 0 the K largest log-probs [B, T, K] and top-1 flags [B, T].
 
         `model` is a `TokenScorer` or a DeepSpeed engine around one. `score` picks the positions:
         "response" (the response tokens: what the loss needs) or "all" (every real token after
@@ -399,8 +412,8 @@ class Learner:
             else:
                 scored = attention_mask.bool()
                 scored[:, 0] = False
-        logprobs, entropy = model(input_ids, attention_mask, scored, entropy_grad=entropy_grad)
-        return logprobs, entropy, input_ids, attention_mask
+        scores = model(input_ids, attention_mask, scored, entropy_grad=entropy_grad, top_k=top_k)
+        return _Forward(*scores[:2], input_ids, attention_mask, *scores[2:])
 
     def train_step(
         self, mini_batches: Sequence[MiniBatchShard], *, epochs: int = 1
@@ -431,7 +444,7 @@ class Learner:
         shard = mini.shard
         out = torch.zeros(shard.input_ids.shape, device=self._device)
         for part in self._micro_batches(shard, mini.num_micro_batches):
-            logprobs = self._forward(self.engine, None if part is None else part[1])[0]
+            logprobs = self._forward(self.engine, None if part is None else part[1]).logprobs
             if part is not None:
                 rows, micro = part
                 out[torch.tensor(rows), : micro.input_ids.shape[1]] = logprobs.float()
@@ -495,16 +508,20 @@ class Learner:
         the current weights (the first and only optimizer step of a training step)."""
         engine = self.engine
         settings = self.loss
-        logprobs, entropy, _, _ = self._forward(
-            engine, micro, entropy_grad=settings.entropy_coef != 0.0
+        forward = self._forward(
+            engine,
+            micro,
+            entropy_grad=settings.entropy_coef != 0.0,
+            top_k=settings.simko_top_k if settings.simko_alpha > 0 else 0,
         )
+        logprobs, entropy = forward.logprobs, forward.entropy
         if micro is None:
             engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
             return {}
         ref_logprobs = None
         if self._reference is not None:
             with torch.no_grad():
-                ref_logprobs = self._forward(self._reference, micro)[0]
+                ref_logprobs = self._forward(self._reference, micro).logprobs
         out = policy_loss(
             logprobs=logprobs,
             behaviour_logprobs=micro.behaviour_logprobs.to(self._device),
@@ -529,6 +546,11 @@ class Learner:
             kl_estimator=settings.kl_estimator,  # type: ignore[arg-type]
             entropy=entropy,
             entropy_coef=settings.entropy_coef,
+            top_logprobs=forward.top_logprobs,
+            is_top1=forward.is_top1,
+            simko_alpha=settings.simko_alpha,
+            simko_entropy_quantile=settings.simko_entropy_quantile,
+            simko_negative_scale=settings.simko_negative_scale,
         )
         # DeepSpeed averages gradients over ranks; the shares must be summed instead.
         loss = out.loss * self.world_size
@@ -568,9 +590,9 @@ class Learner:
                 # The bare module, not the engine: DeepSpeed's engine forward hooks its outputs so
                 # that only `engine.backward` may differentiate them. ZeRO-3's parameter gathering
                 # lives on the submodules and still runs.
-                logprobs, _, input_ids, attention_mask = self._forward(
-                    self.scorer, None if part is None else part[1]
-                )
+                forward = self._forward(self.scorer, None if part is None else part[1])
+                logprobs, input_ids = forward.logprobs, forward.input_ids
+                attention_mask = forward.attention_mask
                 (embedded,) = captured
                 if part is None:
                     torch.autograd.grad(logprobs.sum() * 0.0, embedded)
@@ -596,7 +618,8 @@ class Learner:
         plan = plan_micro_batches(sequence_lengths(batch), self.max_tokens_per_micro_batch)
         for rows in plan:
             micro = batch.select(rows)
-            logprobs, _, input_ids, _ = self._forward(self.scorer, micro, score="all")
+            forward = self._forward(self.scorer, micro, score="all")
+            logprobs, input_ids = forward.logprobs, forward.input_ids
             out[torch.tensor(rows), : input_ids.shape[1]] = logprobs.cpu()
         return out
 
