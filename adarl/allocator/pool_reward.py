@@ -18,32 +18,10 @@ sampler that reads the statistics a stage reports (the DRO variance filter) impl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from adarl.types import ScoredRollout, TaskExample
-
-# `RolloutPool.score`: teacher-forced log π_T(response_i[t] | prompt_i, response_i[:t]).
-ScoreFn = Callable[..., list[list[float]]]
-
-
-@dataclass(frozen=True)
-class FinishedPool:
-    """One prompt's pool at the end of sampling, in sampling order, with the rewards it has."""
-
-    prompt_id: str
-    example: TaskExample
-    rollouts: tuple[ScoredRollout, ...]
-
-
-@dataclass(frozen=True)
-class RescoredPool:
-    """A pool stage's verdict on one pool: a reward per rollout (in the pool's order) and named
-    statistics for samplers that read them (e.g. "max_deviation", "reaches_top_k")."""
-
-    rewards: tuple[float, ...]
-    statistics: Mapping[str, float] = field(default_factory=dict)
+from adarl.types import FinishedPool, RescoredPool, ScoreFn
 
 
 class PoolReward(Protocol):
