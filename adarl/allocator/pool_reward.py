@@ -12,14 +12,15 @@ policy. Such a stage runs once per step, between the end of sampling and group b
 
 The driver routes the scoring pass to the rollout pool (the engines live there; the allocator may
 be a Ray actor), exactly as it routes rollouts: it neither knows nor cares which reward asked. A
-sampler that reads the statistics a stage reports (the DRO variance filter) implements
-`PoolStatisticsObserver`; the allocator hands it every rescored pool's statistics in one call.
+sampler that reads the statistics a stage reports (the DRO variance filter) has the
+`PoolStatisticsObserver` capability (adarl/allocator/samplers/base.py); the allocator hands it
+every rescored pool's statistics in one call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol
 
 from adarl.types import FinishedPool, RescoredPool, ScoreFn
 
@@ -34,14 +35,4 @@ class PoolReward(Protocol):
 
     def metrics(self) -> dict[str, float]:
         """What the stage measured since the previous call (one step in training)."""
-        ...
-
-
-@runtime_checkable
-class PoolStatisticsObserver(Protocol):
-    """A sampler that reads pool statistics (the DRO variance filter)."""
-
-    def observe_pool_statistics(self, statistics: Mapping[str, Mapping[str, float]]) -> None:
-        """Every rescored pool's statistics of this step, keyed by prompt id, in one call after
-        the pool stage and before the step's verdicts are read."""
         ...
