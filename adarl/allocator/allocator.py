@@ -1,9 +1,9 @@
 """`BudgetAllocator`: per-prompt statistics, the step's stream of `PromptRequest`s, kept groups.
 
 A plain class (`adarl.cluster` wraps it as a Ray actor; every public method is a plain method so
-that it can be called remotely). The driver's `RolloutStream` (adarl/driver.py; the benchmarks
-and component tests run the same loop on a simulated rollout pool) makes one `update` call per
-wave, each answered by a `StreamUpdate`:
+that it can be called remotely). The rollout phase's `RolloutStream` (adarl/rollout_phase.py;
+the benchmarks and component tests run the same loop on a simulated rollout pool) makes one
+`update` call per wave, each answered by a `StreamUpdate`:
 
     state = allocator.update(begin=(step, examples), finish_when_complete=True)
     while state.result is None:
