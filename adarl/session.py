@@ -1,6 +1,6 @@
 """A training session: components built from config, placed, resumed, run, checkpointed, closed.
 
-`TrainingSession.train()` is the outer loop around `Driver.step` (adarl/driver.py):
+`TrainingSession.train()` is the outer loop around `Driver.step` (adarl/driver/step_loop.py):
 
     base eval ─► for step in (resume + 1)..total_steps:
                      driver.step(step) ─► eval if due ─► log ─► checkpoint if due
@@ -37,7 +37,8 @@ from adarl.cluster import (
     spawn_actor,
 )
 from adarl.config import AdarlConfig
-from adarl.driver import Driver, StepOutcome
+from adarl.driver.rollout_phase import PhaseParts
+from adarl.driver.step_loop import Driver, StepOutcome
 from adarl.evaluation import EvalKind, EvalResult, build_evaluator
 from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
@@ -49,7 +50,6 @@ from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.hint_service import build_hints
 from adarl.rollout.pool import build_rollout_pool
-from adarl.rollout_phase import PhaseParts
 from adarl.run_summary import RunSummary
 from adarl.step_metrics import merge_metrics
 from adarl.tasks.build import build_prompt_source

@@ -8,8 +8,8 @@ with q = (1 - p)/3, response 0 the only correct one. For a sampled response a,
 and the advantages they assigned.
 
 `measure(config, ...)` runs steps of the driver's own rollout phase
-(`adarl.rollout_phase.collect_groups`) with the real `BudgetAllocator` (sampler + group builder)
-built from `config`, a `RewardPool`, and a
+(`adarl.driver.rollout_phase.collect_groups`) with the real `BudgetAllocator` (sampler + group
+builder) built from `config`, a `RewardPool`, and a
 `SimulatedRolloutPool` (`engines × slots` of simulated continuous batching: the order and
 concurrency results come back in) over a `BanditEngine`; fresh prompts every step, so every
 prompt-step is an independent draw. It returns, per pass rate, the mean of ĝ and its standard
@@ -37,13 +37,13 @@ from adarl.allocator import Sampler, build_allocator
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.config.allocator import AllocatorConfig
+from adarl.driver.rollout_phase import PhaseParts, PromptSourceLike, collect_groups
 from adarl.learner.batching import split_mini_batches
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.base import VerifierResult
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
-from adarl.rollout_phase import PhaseParts, PromptSourceLike, collect_groups
 from adarl.types import (
     Completion,
     FinishReason,

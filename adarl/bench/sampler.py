@@ -1,7 +1,7 @@
 """The runs of `python -m adarl.bench sampler` (adarl/bench/sampler_cli.py): what streaming
 sequential sampling costs in rollouts and time.
 
-Every number comes from the driver's own rollout phase, `adarl.rollout_phase.collect_groups`,
+Every number comes from the driver's own rollout phase, `adarl.driver.rollout_phase.collect_groups`,
 with the real `BudgetAllocator`, samplers, group builder and `RewardPool`:
 
 * **simulated** (the claim about GPU clusters): outcomes from the scripted `FakeEngine` (known pass
@@ -34,18 +34,18 @@ from adarl.allocator.metrics import is_mixed
 from adarl.bench.bandit import NoPrompts
 from adarl.bench.sampler_world import FakeWorld, fake_world
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
-from adarl.models.tokenizer import build_char_tokenizer
-from adarl.reward.exact import ExactMatchVerifier
-from adarl.reward.pool import RewardPool
-from adarl.rollout.codec import PromptCodec
-from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
-from adarl.rollout_phase import (
+from adarl.driver.rollout_phase import (
     PhaseParts,
     RolloutPhase,
     RolloutPoolLike,
     RolloutStream,
     collect_groups,
 )
+from adarl.models.tokenizer import build_char_tokenizer
+from adarl.reward.exact import ExactMatchVerifier
+from adarl.reward.pool import RewardPool
+from adarl.rollout.codec import PromptCodec
+from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
 from adarl.types import GenerationRequest, SamplingParams, TaskExample
 
 CAP = 32  # per-prompt cap of the streaming sampler: the reference rounds' 8 × 4

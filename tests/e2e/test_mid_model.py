@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from adarl.driver import StepOutcome
+from adarl.driver.step_loop import StepOutcome
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.logging import read_metrics_jsonl
 from adarl.models.bpe import build_bpe_tokenizer

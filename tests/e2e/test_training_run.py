@@ -15,7 +15,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
-from adarl.driver import StepOutcome
+from adarl.driver.step_loop import StepOutcome
 from adarl.export import read_export_info
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.logging import read_metrics_jsonl, read_wandb_offline_metrics

@@ -1,7 +1,7 @@
 """The allocator for real, against the scripted `FakeEngine` and the real exact-match verifier.
 
 `FakeWorld` holds prompts with known pass rates. `FakeWorld.run_step` runs one step through the
-driver's own rollout phase (`adarl.rollout_phase.collect_groups`) on a `SimulatedRolloutPool`
+driver's own rollout phase (`adarl.driver.rollout_phase.collect_groups`) on a `SimulatedRolloutPool`
 (results come back in simulated-latency order, varied by `order_seed`) and a real `RewardPool`,
 recording what was requested and scored. Only `stop_after_results` (a step interrupted mid-way,
 for resume tests) plays the allocator's calls by hand, since the real loop never stops mid-step.
@@ -14,13 +14,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from adarl.allocator import BudgetAllocator, StepResult
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
-from adarl.rollout_phase import PhaseParts, collect_groups
 from adarl.types import (
     Completion,
     GenerationRequest,

@@ -19,16 +19,18 @@ from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import is_mixed
 from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.evaluation import Evaluator
-from adarl.hints import CollapseRule, HintGenerator, HintRequest, SageSchedule
-from adarl.hints.schedule import SageLightSchedule
+from adarl.hints.collapse import CollapseRule
+from adarl.hints.generator import HintGenerator
+from adarl.hints.schedule import SageLightSchedule, SageSchedule
+from adarl.hints.types import HintRequest
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
-from adarl.rollout_phase import PhaseParts, collect_groups
 from adarl.tasks.arithmetic import make_example
 from adarl.types import Completion, GenerationRequest, SamplingParams, TaskExample
 

@@ -18,8 +18,8 @@ from adarl.allocator.build import allocator_kwargs, build_sampler
 from adarl.bench.sampler import StepsOutcome, run_steps, sampler_configs
 from adarl.bench.sampler_world import fake_world
 from adarl.config.allocator import AllocatorConfig, SequentialConfig
+from adarl.driver.rollout_phase import RolloutPhase
 from adarl.rollout.simulated import LatencyModel
-from adarl.rollout_phase import RolloutPhase
 
 PROMPTS, STEPS = 48, 4
 LATENCY = LatencyModel(engines=2, slots=64)
@@ -137,7 +137,8 @@ def test_the_allocator_opens_steps_in_order_up_to_its_limit() -> None:
 )
 def test_the_allocator_refuses_what_cannot_overlap(config: AllocatorConfig, message: str) -> None:
     from adarl.allocator.hint_stage import HintStage
-    from adarl.hints import CollapseRule, SageSchedule
+    from adarl.hints.collapse import CollapseRule
+    from adarl.hints.schedule import SageSchedule
 
     hints = (
         HintStage(schedule=SageSchedule(), collapse=CollapseRule(after_samples=8))
@@ -157,10 +158,10 @@ def test_discarding_the_open_steps_waits_for_their_requests_and_closes_them() ->
     """At a run's end on its rollout budget (`Driver.end_stream`): the steps still sampling are
     drained and dropped, counted, and the allocator can be checkpointed again."""
     from adarl.bench.bandit import NoPrompts
+    from adarl.driver.rollout_phase import PhaseParts, RolloutStream
     from adarl.reward.exact import ExactMatchVerifier
     from adarl.reward.pool import RewardPool
     from adarl.rollout.simulated import SimulatedRolloutPool
-    from adarl.rollout_phase import PhaseParts, RolloutStream
 
     config = sampler_configs(prompts=PROMPTS, uniform_n=8, overshoot=0.03)["streaming"]
     world = fake_world(PROMPTS * 3, seed=5)

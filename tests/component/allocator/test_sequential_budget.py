@@ -16,11 +16,11 @@ from hydra import compose, initialize_config_dir
 from adarl.allocator.build import build_allocator
 from adarl.bench.bandit import BanditEngine, BanditPrompts, BanditVerifier, measure
 from adarl.config import AllocatorConfig
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
-from adarl.rollout_phase import PhaseParts, collect_groups
 from adarl.types import SamplingParams
 
 PASS_RATES = (0.05, 0.2, 0.5, 0.8, 0.95)

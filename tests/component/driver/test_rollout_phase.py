@@ -11,6 +11,7 @@ import torch
 
 from adarl.allocator import build_allocator
 from adarl.config.allocator import AllocatorConfig, GroupConfig
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.evaluation import EvalKind, EvalResult, Evaluator, eval_reward_metrics
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
@@ -18,7 +19,6 @@ from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.pool import RolloutPool
-from adarl.rollout_phase import PhaseParts, collect_groups
 from adarl.step_metrics import merge_metrics
 from adarl.tasks.source import PromptSource
 from adarl.types import SamplingParams, TaskExample
@@ -122,7 +122,7 @@ def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> N
 def test_the_run_budget_is_rollouts_or_sequence_tokens_whichever_comes_first(
     max_rollouts: int | None, max_sequence_tokens: int | None, reached: list[bool]
 ) -> None:
-    from adarl.driver import Driver
+    from adarl.driver.step_loop import Driver
 
     driver = Driver(
         parts=None,  # type: ignore[arg-type]  # the budget reads only the driver's counts

@@ -17,7 +17,7 @@ built (`adarl.session`), never by a branch here.
 A step:
 
     examples = prompts.next_batch(prompts_per_step)
-    phase    = collect_groups(step, examples, parts)   # adarl/rollout_phase.py: allocator ⇄
+    phase    = collect_groups(step, examples, parts)   # adarl/driver/rollout_phase.py: allocator ⇄
                                                        # rollout pool ⇄ reward pool, streaming
     batch    = TrainBatch.from_groups(phase.result.groups)
     trained  = learners.train_step(batch)
@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from adarl.allocator.allocator import StepResult
+from adarl.driver.rollout_phase import PhaseParts, RolloutPhase, RolloutStream, collect_groups
 from adarl.learner.group import LearnerGroup, PendingTrainStep
-from adarl.rollout_phase import PhaseParts, RolloutPhase, RolloutStream, collect_groups
 from adarl.step_metrics import StageTimer, merge_metrics
 from adarl.types import Group, TaskExample, TrainBatch
 from adarl.weight_sync.base import WeightSync
@@ -194,7 +194,7 @@ class Driver:
         return outcome
 
     def collect_groups(self, step: int, examples: Sequence[TaskExample]) -> RolloutPhase:
-        """This step's rollout phase (`adarl.rollout_phase.collect_groups`)."""
+        """This step's rollout phase (`adarl.driver.rollout_phase.collect_groups`)."""
         return collect_groups(step, examples, self.parts)
 
     def budget_reached(self, *, rollouts_ahead: int = 0, sequence_tokens_ahead: int = 0) -> bool:
