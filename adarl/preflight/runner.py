@@ -371,16 +371,28 @@ def run_check_here(
 # -- the command line ----------------------------------------------------------------------------
 
 
-def _timeouts(pairs: Sequence[str]) -> dict[str, float]:
-    limits = {}
-    for pair in pairs:
-        name, _, seconds = pair.partition("=")
-        if name not in TIMEOUTS_S or not seconds:
-            raise argparse.ArgumentTypeError(
-                f"--timeout {pair!r}: use NAME=SECONDS with NAME one of {list(TIMEOUTS_S)}"
-            )
-        limits[name] = float(seconds)
-    return limits
+def _check_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in CHECKS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"--checks {text!r}: name checks of {','.join(CHECKS)}, separated by commas"
+        )
+    return names
+
+
+def _timeout(pair: str) -> tuple[str, float]:
+    name, _, seconds = pair.partition("=")
+    try:
+        limit = float(seconds)
+    except ValueError:
+        limit = -1.0
+    if name not in TIMEOUTS_S or not limit > 0:
+        raise argparse.ArgumentTypeError(
+            f"--timeout {pair!r}: use NAME=SECONDS (SECONDS > 0) with NAME one of "
+            f"{','.join(TIMEOUTS_S)}"
+        )
+    return name, limit
 
 
 def parser() -> argparse.ArgumentParser:
@@ -409,17 +421,19 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--checks",
-        nargs="+",
-        choices=CHECKS,
+        type=_check_names,
         default=list(CHECKS),
-        help="the checks to run (environment always runs: the others depend on what it finds)",
+        metavar="NAME,NAME",
+        help=f"the checks to run, of {','.join(CHECKS)} (environment always runs: the others "
+        "depend on what it finds)",
     )
     parser.add_argument(
         "--timeout",
-        nargs="+",
+        type=_timeout,
+        action="append",
         default=[],
         metavar="NAME=SECONDS",
-        help=f"a check's limit (defaults: {TIMEOUTS_S})",
+        help=f"a check's limit, repeatable (defaults: {TIMEOUTS_S})",
     )
     parser.add_argument(
         "--push-learning-rate",
@@ -435,7 +449,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)
     out_dir: Path = args.out or Path(tempfile.mkdtemp(prefix="adarl-preflight-"))
     if args.child is not None:
         assert args.result is not None
@@ -463,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out_dir=out_dir,
             json_path=json_path,
             selected=args.checks,
-            timeouts_s=_timeouts(args.timeout),
+            timeouts_s=dict(args.timeout),
             push_learning_rate=args.push_learning_rate,
         )
     except InvalidConfigError as error:

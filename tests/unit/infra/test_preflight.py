@@ -23,7 +23,7 @@ from adarl.preflight.node import (
     push_plan,
     skip_reason,
 )
-from adarl.preflight.runner import compose_config, gpu_tests_verdict, main
+from adarl.preflight.runner import compose_config, gpu_tests_verdict, main, parser
 from adarl.preflight.verdicts import PreflightReport, Status, Verdict
 from adarl.timed_run import pytest_junit_summary, run_with_timeout
 
@@ -105,6 +105,18 @@ def test_invalid_overrides_fail_with_the_composers_message(
     error = capsys.readouterr().err
     assert error.startswith("adarl preflight: invalid config:") and message in error
     assert not (tmp_path / "preflight.json").exists()  # nothing ran
+
+
+def test_options_and_overrides_parse_apart() -> None:
+    argv = [PRESET, "--checks", "engine,session", "model.name_or_path=/m", "--timeout"]
+    argv += ["engine=5", "--timeout", "session=900", "--json", "r.json", "task.path=/t"]
+    args = parser().parse_intermixed_args(argv)
+    assert args.overrides == [PRESET, "model.name_or_path=/m", "task.path=/t"]
+    assert args.checks == ["engine", "session"] and str(args.json) == "r.json"
+    assert dict(args.timeout) == {"engine": 5.0, "session": 900.0}
+    for bad in (["--checks", "engine,nope"], ["--timeout", "engine=soon"]):
+        with pytest.raises(SystemExit):
+            parser().parse_intermixed_args(bad)
 
 
 def test_the_config_is_launchs() -> None:
@@ -291,3 +303,22 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_the_preflight_is_core_and_imports_no_bench() -> None:
+    """adarl.bench may use the pre-flight (gpu_kit's stage); the pre-flight never the bench."""
+    import ast
+
+    import adarl.preflight
+    import adarl.timed_run
+
+    files = [*Path(adarl.preflight.__file__).parent.glob("*.py"), Path(adarl.timed_run.__file__)]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any(name.startswith("adarl.bench") for name in names), path
