@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -494,6 +495,8 @@ def _push_verdict(values: dict[str, Any], where: str, *, tolerance: dict[str, fl
 def check_session(config: AdarlConfig, *, run_dir: Path) -> Verdict:
     from adarl.session import TrainingSession
 
+    if run_dir.exists():  # an earlier pre-flight's, in the same --out: never resumed from
+        shutil.rmtree(run_dir)
     with TrainingSession(config, run_dir=run_dir) as session:
         base = session.evaluate(step=0, final=True)
         outcome = session.driver.step(1, sample_ahead_through=1)

