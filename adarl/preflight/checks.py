@@ -493,14 +493,15 @@ def _push_verdict(values: dict[str, Any], where: str, *, tolerance: dict[str, fl
 
 
 def check_session(config: AdarlConfig, *, run_dir: Path) -> Verdict:
+    from adarl.evaluation import EvalKind
     from adarl.session import TrainingSession
 
     if run_dir.exists():  # an earlier pre-flight's, in the same --out: never resumed from
         shutil.rmtree(run_dir)
     with TrainingSession(config, run_dir=run_dir) as session:
-        base = session.evaluate(step=0, final=True)
+        base = session.evaluate(step=0, kind=EvalKind.BASE)
         outcome = session.driver.step(1, sample_ahead_through=1)
-        final = session.evaluate(step=1, final=True)
+        final = session.evaluate(step=1, kind=EvalKind.FINAL)
         versions = session.rollout.weight_versions()
         build_s = session.build_s
     metrics = outcome.metrics
