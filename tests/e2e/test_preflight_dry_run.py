@@ -1,7 +1,7 @@
 """`python -m adarl.preflight --dry-run` with the GPU preset: every check that can run on the CPU
 runs for real (adarl/preflight/checks.py) on a small model built with adarl's own code, through
 the preset's real-model guards: the compiled CPU vLLM engine, a learner pushing to an engine over
-gloo, and one session step; tests/gpu is skipped for want of CUDA. About 5 minutes on the 2-core
+gloo, and one session step; tests/gpu is skipped for want of CUDA. 4½ to 7 minutes on the 2-core
 machine: heavy (`pytest -m heavy`)."""
 
 from __future__ import annotations
