@@ -1,6 +1,6 @@
 """One step's rollout phase: requests streamed through the engines until the allocator says the
-step is complete. The step loop (adarl/driver/step_loop.py) runs it once per step; the benchmarks and the
-component tests run the same code on a simulated rollout pool in virtual time
+step is complete. The step loop (adarl/driver/step_loop.py) runs it once per step; the benchmarks
+and the component tests run the same code on a simulated rollout pool in virtual time
 (adarl/rollout/simulated.py), so what they measure is the training loop.
 
     allocator.update(...) ─► StreamUpdate ─┬─ requests ─► rollout pool ─► reward pool ──┐
