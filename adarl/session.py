@@ -45,6 +45,7 @@ from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import model_max_positions, policy_tokenizer, resolve_model_config
+from adarl.no_signal import no_signal_message, warm_start_record
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
@@ -182,6 +183,7 @@ class TrainingSession:
         # The policy: built and cached once for built-ins (the tiny model warm-started on this
         # task); any HF directory otherwise.
         model_path = resolve_model_config(config.model, task=config.task)
+        self.model_path = model_path
 
         # No held-out set (a file task without test_path/test_fraction): no evaluation at all,
         # reported as "n/a", never as an accuracy of 0.
@@ -307,6 +309,7 @@ class TrainingSession:
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
         if not cluster.in_process:  # learners on other nodes write shards the driver verifies
             self.learners.check_shared_directory(self.checkpoints.root)
+        self._signal_tally = (0, 0.0)  # groups trained and mixed ones, from step 1 on
         self.resume_path = resolve_resume(self.run_dir, config.checkpoint.resume)
         self.start_step = 0
         self.base_eval: EvalResult | None = None
@@ -337,16 +340,19 @@ class TrainingSession:
             self.logger.log(0, {**base_metrics, "timing/build_s": self.build_s})
         last_eval = self.base_eval
         last_step = self.start_step
+        stop_reason = "resumed_past_end" if self.start_step >= total else "total_steps"
+        no_signal: str | None = None
         for step in range(self.start_step + 1, total + 1):
             rollouts_before = self.driver.rollouts_generated
             outcome = self.driver.step(step, sample_ahead_through=self._next_checkpoint(step))
             last_step = step
             rollouts = self.driver.rollouts_generated
             out_of_budget = self.driver.budget_reached()
-            final = step == total or out_of_budget
+            no_signal = self._signal_check(outcome)
+            final = step == total or out_of_budget or no_signal is not None
             metrics = dict(outcome.metrics)
-            if out_of_budget:  # steps opened ahead will not train: dropped before the checkpoint
-                metrics.update(self.driver.end_stream())
+            if final and step < total:  # steps opened ahead will not train: dropped before the
+                metrics.update(self.driver.end_stream())  # checkpoint
             metrics["perf/wall_s"] = self.wall_s()
             if self._eval_due(step, rollouts_before, rollouts, final=final):
                 kind = EvalKind.FINAL if final else EvalKind.PERIODIC
@@ -359,6 +365,10 @@ class TrainingSession:
             every = config.checkpoint.every_steps
             if final or (every and step % every == 0):
                 self.save(step)
+            if no_signal is not None:
+                log.warning("%s", no_signal)
+                stop_reason = "no_learning_signal"
+                break
             if out_of_budget:
                 log.info(
                     "step %d: %d training rollouts, %d prompt + response tokens reached "
@@ -369,6 +379,7 @@ class TrainingSession:
                     config.trainer.max_rollouts,
                     config.trainer.max_sequence_tokens,
                 )
+                stop_reason = "budget"
                 break
         if self.start_step >= total:
             log.warning(
@@ -405,6 +416,8 @@ class TrainingSession:
             ),
             final_evaluation=None if last_eval is None else last_eval.table(),
             model_dir=str(model_dir),
+            stop_reason=stop_reason,
+            stop_message=no_signal,
         )
 
     def export_model(self, step: int) -> Path:
@@ -457,6 +470,30 @@ class TrainingSession:
         if result.completions:
             self.logger.log_completions(step, result.completions)
         return result
+
+    def _signal_check(self, outcome: StepOutcome) -> str | None:
+        """At step `trainer.signal_check_steps` of a run that started from step 0: the message
+        that stops it if too few of the groups trained so far had mixed outcomes (the policy
+        gets almost no gradient), else None (trainer.min_mixed_group_fraction)."""
+        trainer = self.config.trainer
+        groups = len(outcome.result.groups)
+        mixed = outcome.metrics.get("signal/mixed_group_fraction", 0.0) * groups
+        self._signal_tally = (self._signal_tally[0] + groups, self._signal_tally[1] + mixed)
+        if outcome.step != trainer.signal_check_steps or self.start_step > 0:
+            return None
+        trained, mixed_total = self._signal_tally
+        fraction = mixed_total / trained if trained else 0.0
+        if fraction >= trainer.min_mixed_group_fraction:
+            return None
+        return no_signal_message(
+            steps=outcome.step,
+            groups=trained,
+            mixed_fraction=fraction,
+            minimum=trainer.min_mixed_group_fraction,
+            base=self.base_eval,
+            warm_start=warm_start_record(self.model_path),
+            builtin_model=self.config.model.is_builtin,
+        )
 
     def _warn_if_no_signal(self, outcome: StepOutcome) -> None:
         mixed = outcome.metrics.get("signal/mixed_group_fraction")
