@@ -279,6 +279,9 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
         "trainer.max_sequence_tokens=null",
         # Every step draws at least one rollout, so the budget ends the run before this does.
         f"trainer.total_steps={setting.max_rollouts}",
+        # Every arm spends the whole budget: an arm that finds no signal at first is compared
+        # at equal rollouts like the others, not stopped early (trainer.min_mixed_group_fraction).
+        "trainer.min_mixed_group_fraction=0",
         # No warm-up by default: 20 steps is 13% of GRPO n = 4's 40k rollouts but 43% of
         # Seq-Balance's, a schedule that favours the arms taking more steps (Setting).
         *(
