@@ -7,7 +7,7 @@ sampler (`uniform`, `seq_pos`, `seq_balance` streaming or in rounds, `dynamic_fi
 
 from adarl.allocator.allocator import BudgetAllocator, CarriedGroup, StepResult, StreamUpdate
 from adarl.allocator.build import build_allocator, build_group_builder, build_sampler
-from adarl.allocator.group_builder import AdvantageMode, GroupBuilder
+from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.samplers import (
     DispatchMode,
     Draw,
@@ -23,7 +23,6 @@ from adarl.allocator.stats import PromptStats, PromptStatsStore
 
 __all__ = [
     "AdaEstSampler",
-    "AdvantageMode",
     "BudgetAllocator",
     "CarriedGroup",
     "DispatchMode",

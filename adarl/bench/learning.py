@@ -60,10 +60,10 @@ class Arm:
 
 # Later issues add their method with one line here.
 ARMS: tuple[Arm, ...] = (
-    Arm("grpo_n2", "grpo", ("allocator.samples_per_prompt=2",)),
-    Arm("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
-    Arm("grpo_n8", "grpo", ("allocator.samples_per_prompt=8",)),
-    Arm("grpo_n16", "grpo", ("allocator.samples_per_prompt=16",)),
+    Arm("grpo_n2", "grpo", ("allocator.uniform_samples_per_prompt=2",)),
+    Arm("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
+    Arm("grpo_n8", "grpo", ("allocator.uniform_samples_per_prompt=8",)),
+    Arm("grpo_n16", "grpo", ("allocator.uniform_samples_per_prompt=16",)),
     Arm("dapo", "dapo"),
     Arm("ada_seq_pos", "ada_seq_pos"),
     Arm("ada_seq_balance", "ada_seq_balance"),
@@ -159,7 +159,7 @@ ARMS: tuple[Arm, ...] = (
             (
                 "allocator.sequential.k_pos=1",
                 "allocator.sequential.initial_samples=8",
-                "allocator.samples_per_prompt=8",
+                "allocator.group.pool_weight=8",
                 "allocator.group.group_size=null",
                 *overrides,
             ),
@@ -179,7 +179,7 @@ ARMS: tuple[Arm, ...] = (
                 (
                     "allocator.group.objective=logit",
                     "allocator.sequential.initial_samples=4",
-                    "allocator.samples_per_prompt=4",
+                    "allocator.group.pool_weight=4",
                     "allocator.max_samples_per_prompt=8",
                 ),
             ),
@@ -188,7 +188,7 @@ ARMS: tuple[Arm, ...] = (
                 (
                     "allocator.group.objective=logit",
                     "allocator.sequential.initial_samples=4",
-                    "allocator.samples_per_prompt=4",
+                    "allocator.group.pool_weight=4",
                 ),
             ),
             (
@@ -213,7 +213,7 @@ ARMS: tuple[Arm, ...] = (
             "allocator.sequential.k_pos=1",
             "allocator.sequential.k_neg=1",
             "allocator.sequential.initial_samples=8",
-            "allocator.samples_per_prompt=8",
+            "allocator.group.pool_weight=8",
             "allocator.group.group_size=null",
             "allocator.group.objective=logit",
         ),
@@ -237,7 +237,7 @@ ARMS: tuple[Arm, ...] = (
         )
         for label, experiment, overrides in (
             ("ada_seq_balance", "ada_seq_balance", ()),
-            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+            ("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
         )
         for lag in (1, 2)
     ),
@@ -257,7 +257,7 @@ ARMS: tuple[Arm, ...] = (
         )
         for label, experiment, overrides in (
             ("ada_seq_balance", "ada_seq_balance", ()),
-            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+            ("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
         )
         for lag in (1, 2)
     ),
