@@ -37,9 +37,8 @@ from adarl.cluster import (
     spawn_actor,
 )
 from adarl.config import AdarlConfig
-from adarl.config.seeds import seed_or_default
-from adarl.driver import Driver, StepOutcome, merge_metrics
-from adarl.evaluation import EvalResult, Evaluator
+from adarl.driver import Driver, StepOutcome
+from adarl.evaluation import EvalKind, EvalResult, build_evaluator
 from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
@@ -50,9 +49,10 @@ from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.hint_service import build_hints
 from adarl.rollout.pool import build_rollout_pool
+from adarl.rollout_phase import PhaseParts
 from adarl.run_summary import RunSummary
-from adarl.tasks.baselines import constant_answer_applies
-from adarl.tasks.build import build_prompt_source, build_test_examples
+from adarl.step_metrics import merge_metrics
+from adarl.tasks.build import build_prompt_source
 from adarl.weight_sync.build import build_weight_sync
 
 log = logging.getLogger("adarl")
@@ -123,13 +123,18 @@ class TrainingSession:
         # prompts or answers do not fit its lengths is refused here.
         verifier = build_verifier(config.task.verifier_name, config.reward)
         self.codec = build_prompt_codec(config.task, config.rollout, policy_tokenizer(config))
+        positions = model_max_positions(config.model)
+        max_model_len = config.rollout.max_model_len
+        if max_model_len and positions is not None and max_model_len > positions:
+            # vLLM refuses it too, but only inside the engine's actor after the learners loaded.
+            raise ValueError(
+                f"rollout.max_model_len={max_model_len} is longer than the model's "
+                f"{positions} positions (max_position_embeddings of {config.model.name_or_path}): "
+                f"set rollout.max_model_len to at most {positions} (or null for the model's), "
+                "with rollout.max_new_tokens and eval.max_new_tokens within it"
+            )
         check_prompt = build_prompt_check(
-            config.task,
-            config.rollout,
-            self.codec,
-            model_max_positions=None  # read the model's config only when it is the limit
-            if config.rollout.max_model_len
-            else model_max_positions(config.model),
+            config.task, config.rollout, self.codec, model_max_positions=positions
         )
         self.prompts = build_prompt_source(
             config.task, verifier=verifier, check_prompt=check_prompt
@@ -178,29 +183,16 @@ class TrainingSession:
         # task); any HF directory otherwise.
         model_path = resolve_model_config(config.model, task=config.task)
 
-        test_examples = build_test_examples(
-            config.task, verifier=verifier, check_prompt=check_prompt
-        )
-        if config.eval.num_prompts:
-            test_examples = test_examples[: config.eval.num_prompts]
         # No held-out set (a file task without test_path/test_fraction): no evaluation at all,
         # reported as "n/a", never as an accuracy of 0.
-        self.evaluator: Evaluator | None = None
-        if test_examples:
-            self.evaluator = Evaluator(
-                examples=test_examples,
-                codec=self.codec,
-                samples_per_prompt=config.eval.samples_per_prompt,
-                temperature=config.eval.temperature,
-                max_new_tokens=config.eval.max_new_tokens,
-                greedy=config.eval.greedy,
-                completions_to_log=config.eval.completions_to_log,
-                seed=seed_or_default(config.eval.seed),
-                train_examples=self.prompts.examples,  # the guesser draws their answers
-                # ...and the best constant answer is scored by the task's own verifier
-                verifier=verifier if constant_answer_applies(config.task.verifier_name) else None,
-            )
-        else:
+        self.evaluator = build_evaluator(
+            config,
+            codec=self.codec,
+            verifier=verifier,
+            check_prompt=check_prompt,
+            train_examples=self.prompts.examples,
+        )
+        if self.evaluator is None:
             log.warning(
                 "no held-out set (task.test_path and task.test_fraction unset): held-out accuracy "
                 "is not measured in this run"
@@ -288,17 +280,24 @@ class TrainingSession:
                 faults=faults,
             )
             self._closers.append(self.hint_generator.close)
-        self.driver = Driver(
-            prompts=self.prompts,
-            codec=self.codec,
+        phase_parts = PhaseParts(
             allocator=self.allocator,
             rollout=self.rollout,
             rewards=self.rewards,
+            prompts=self.prompts,
+            codec=self.codec,
+            hints=self.hint_generator,
+            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
+            # A sampler's statistics (GVM's gradient norms), by the learners at current weights.
+            statistics=functools.partial(
+                self.learners.sample_statistics, pad_token_id=self.codec.pad_token_id
+            ),
+        )
+        self.driver = Driver(
+            parts=phase_parts,
             learners=self.learners,
             weight_sync=self.weight_sync,
             prompts_per_step=config.allocator.prompts_per_step,
-            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
-            hints=self.hint_generator,
             on_step_end=self.on_step_end,
             max_off_policy_steps=config.rollout.max_off_policy_steps,
             max_rollouts=config.trainer.max_rollouts,
@@ -334,7 +333,7 @@ class TrainingSession:
         config = self.config
         total = config.trainer.total_steps
         if self.base_eval is None and self.start_step == 0:
-            self.base_eval = self.evaluate(step=0, final=True)
+            self.base_eval = self.evaluate(step=0, kind=EvalKind.BASE)
             base_metrics = self.base_eval.metrics() if self.base_eval is not None else {}
             self.logger.log(0, {**base_metrics, "timing/build_s": self.build_s})
         last_eval = self.base_eval
@@ -351,7 +350,8 @@ class TrainingSession:
                 metrics.update(self.driver.end_stream())
             metrics["perf/wall_s"] = self.wall_s()
             if self._eval_due(step, rollouts_before, rollouts, final=final):
-                evaluated = self.evaluate(step=step, final=final)
+                kind = EvalKind.FINAL if final else EvalKind.PERIODIC
+                evaluated = self.evaluate(step=step, kind=kind)
                 if evaluated is not None:
                     last_eval = evaluated
                     metrics = merge_metrics({"step": metrics, "evaluation": evaluated.metrics()})
@@ -445,17 +445,15 @@ class TrainingSession:
             bool(every_rollouts) and rollouts // every_rollouts > rollouts_before // every_rollouts
         )
 
-    def evaluate(self, *, step: int, final: bool = False) -> EvalResult | None:
-        """Held-out pass@k now; None when the task has no held-out set. The base (step 0) and the
-        final evaluation (`final`) draw `eval.final_samples_per_prompt` samples per prompt."""
+    def evaluate(self, *, step: int, kind: EvalKind) -> EvalResult | None:
+        """Held-out pass@k now, as the `kind` of evaluation (the base and the final one draw
+        `eval.final_samples_per_prompt` samples per prompt); None when the task has no held-out
+        set."""
         if self.evaluator is None:
             return None
-        samples = self.config.eval.final_samples_per_prompt if final else None
         start = time.perf_counter()
         with self.driver.timer.stage("eval", per_step=False):
-            result = self.evaluator.evaluate(
-                self.rollout, self.rewards, step=step, samples_per_prompt=samples
-            )
+            result = self.evaluator.evaluate(self.rollout, self.rewards, step=step, kind=kind)
         result.cost_metrics["timing/eval_s"] = time.perf_counter() - start
         if result.completions:
             self.logger.log_completions(step, result.completions)

@@ -15,7 +15,7 @@ BENCHMARKS: dict[str, str] = {
     "rollout": "adarl.bench.rollout",  # engine samples/s and tokens/s, base-policy pass rates
     "learner": "adarl.bench.learner",  # learner steps per ZeRO stage, weight-sync cost
     "memory": "adarl.bench.memory",  # learner peak memory at long lengths, full vs chunked logits
-    "sampler": "adarl.bench.sampler",  # streaming sequential sampling vs rounds vs uniform
+    "sampler": "adarl.bench.sampler_cli",  # streaming sequential sampling vs rounds vs uniform
     "objective": "adarl.bench.bandit",  # exact bandits: does a config optimise what it declares
     "learning": "adarl.bench.learning",  # accuracy per rollout / token / second, arms × seeds
     "overhead": "adarl.bench.overhead",  # share of step time outside the real work

@@ -7,8 +7,9 @@ with q = (1 - p)/3, response 0 the only correct one. For a sampled response a,
 ĝ_x = (1/n)·Σ_j A_j (e_{a_j} - π_x) is known exactly from the responses the real components chose
 and the advantages they assigned.
 
-`measure(config, ...)` runs steps of the driver's own rollout phase (`adarl.driver.collect_groups`)
-with the real `BudgetAllocator` (sampler + group builder) built from `config`, a `RewardPool`, and a
+`measure(config, ...)` runs steps of the driver's own rollout phase
+(`adarl.rollout_phase.collect_groups`) with the real `BudgetAllocator` (sampler + group builder)
+built from `config`, a `RewardPool`, and a
 `SimulatedRolloutPool` (`engines × slots` of simulated continuous batching: the order and
 concurrency results come back in) over a `BanditEngine`; fresh prompts every step, so every
 prompt-step is an independent draw. It returns, per pass rate, the mean of ĝ and its standard
@@ -32,14 +33,15 @@ from adarl.algo.drawing import DrawRule, expected_samples_drawn
 from adarl.algo.implied import implied_weight, log_gate
 from adarl.algo.stopping import StoppingRule
 from adarl.allocator import Sampler, build_allocator
+from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.config.allocator import AllocatorConfig
-from adarl.driver import collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.base import VerifierResult
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
+from adarl.rollout_phase import PhaseParts, PromptSourceLike, collect_groups
 from adarl.types import (
     Completion,
     FinishReason,
@@ -265,13 +267,7 @@ def measure(
             phase = collect_groups(
                 step,
                 examples,
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=source,
-                codec=codec,
-                statistics=bandit_gradient_norms,
-                clock=pool.now,
+                bandit_phase(allocator, rewards=rewards, codec=codec, prompts=source, pool=pool),
             )
             rate.update(source.rates)
             groups = {g.prompt_id: g for g in phase.result.groups}
@@ -491,13 +487,7 @@ def measure_recurring(
             phase = collect_groups(
                 step,
                 source.next_batch(config.prompts_per_step),
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=source,
-                codec=codec,
-                statistics=bandit_gradient_norms,
-                clock=pool.now,
+                bandit_phase(allocator, rewards=rewards, codec=codec, prompts=source, pool=pool),
             )
             groups = {g.prompt_id: g for g in phase.result.groups}
             step_rollouts.append(int(phase.result.metrics["sampling/rollouts"]))
@@ -562,6 +552,26 @@ def bandit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
         action = int(scored.rollout.completion.text)
         values.append(float(np.linalg.norm(np.eye(RESPONSES)[action] - policy(p))))
     return StatisticsReply(kind=request.kind, values=tuple(values), weight_version=0)
+
+
+def bandit_phase(
+    allocator: BudgetAllocator,
+    *,
+    rewards: RewardPool,
+    codec: PromptCodec,
+    prompts: PromptSourceLike,
+    pool: SimulatedRolloutPool,
+) -> PhaseParts:
+    """A bandit step's rollout phase: on `pool`'s virtual clock, GVM's statistics exact."""
+    return PhaseParts(
+        allocator=allocator,
+        rollout=pool,
+        rewards=rewards,
+        prompts=prompts,
+        codec=codec,
+        statistics=bandit_gradient_norms,
+        clock=pool.now,
+    )
 
 
 class BanditPrompts:

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adarl.bench.docs_section import write_section
+
 SECTION_TITLE = "## GPU"
 PARTS = ("build", "engine", "zero2", "zero3", "embedded")
 # Share of the budget each part may use (what an early part leaves goes to the later ones).
@@ -686,10 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_write_docs and not report.get("dry_run"):
         path: Path = args.write_docs
         if path.parent.is_dir():
-            from adarl.bench.learner import replace_titled_section
-
-            document = path.read_text() if path.is_file() else "# Benchmarks\n"
-            path.write_text(replace_titled_section(document, SECTION_TITLE, section))
+            write_section(path, SECTION_TITLE, section)
             print(f"wrote the GPU section of {path}")
     return 0 if report.get("ok") else 1
 

@@ -28,12 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from adarl.bench.rollout import machine_description, replace_section
+from adarl.bench.docs_section import write_section
+from adarl.bench.rollout import machine_description
 from adarl.config import AdarlConfig
 from adarl.config.model import TINY_ARITHMETIC
 from adarl.hints.quality import HintQualityReport
 
-SECTION_HEADING = "## Hints"
+SECTION_TITLE = "## Hints"
 DEFAULT_MODELS = ("model.tiny.sft_steps=300", "model=tiny_worked")
 FIGURE_PATH = Path("docs/figures/hints.png")
 
@@ -148,7 +149,7 @@ def docs_section(
 ) -> str:
     first = reports[0].quality
     lines = [
-        SECTION_HEADING,
+        SECTION_TITLE,
         "",
         f"Command: `{command}` ({datetime.date.today().isoformat()}).",
         f"Machine: {machine}.",
@@ -274,9 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(section)
     if not args.no_write_docs:
-        args.write_docs.parent.mkdir(parents=True, exist_ok=True)
-        replace_section(args.write_docs, SECTION_HEADING, section)
-        print(f"wrote the {SECTION_HEADING!r} section of {args.write_docs}")
+        write_section(args.write_docs, SECTION_TITLE, section)
+        print(f"wrote the {SECTION_TITLE!r} section of {args.write_docs}")
         plot_lift(reports, args.figure)
         print(f"wrote {args.figure}")
     return 0

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adarl.bench.docs_section import write_section
+
 SECTION_TITLE = "## Learner"
 SYNC_BUCKET_BYTES = 1 << 20
 
@@ -240,24 +242,6 @@ def format_section(
     return "\n".join(lines) + "\n"
 
 
-def replace_titled_section(document: str, title: str, section: str) -> str:
-    """`document` with the section headed `title` (e.g. "## Learner", up to the next "## "
-    heading) replaced by `section`, appended if absent; every other section is left as it was."""
-    lines = document.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == title), None)
-    if start is None:
-        body = document.rstrip("\n")
-        return (body + "\n\n" if body else "") + section
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = lines[end:]
-    return "".join(lines[:start]) + section + ("\n" if tail else "") + "".join(tail)
-
-
-def replace_section(document: str, section: str) -> str:
-    """`document` with its "## Learner" section replaced by `section` (appended if absent)."""
-    return replace_titled_section(document, SECTION_TITLE, section)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m adarl.bench learner", description=__doc__.split("\n")[0]
@@ -353,11 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(section)
     if not args.no_write_docs:
-        path: Path = args.write_docs
-        document = path.read_text() if path.is_file() else "# Benchmarks\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(replace_section(document, section))
-        print(f"wrote the Learner section of {path}")
+        write_section(args.write_docs, SECTION_TITLE, section)
+        print(f"wrote the Learner section of {args.write_docs}")
     return 0
 
 

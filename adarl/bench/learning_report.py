@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from adarl.bench.coverage_report import coverage_section, has_pass_at_k, plot_coverage
+from adarl.bench.docs_section import paragraph, write_section
 from adarl.bench.learning_records import (
     AXES,
     AXIS_LABELS,
@@ -99,18 +99,6 @@ def curation_target(records: Sequence[RunRecord], best: str) -> str:
         f"**Curation target** ({CURATED_ARM}, issue 19): {'met' if met else 'not met'}. "
         + "; ".join(parts)
         + "."
-    )
-
-
-def paragraph(text: str, *, indent: str = "") -> str:
-    """A generated paragraph wrapped at 100 columns like the rest of docs/benchmarks.md
-    (`indent` for the continuation lines of a list item)."""
-    return textwrap.fill(
-        text,
-        width=100,
-        subsequent_indent=indent,
-        break_long_words=False,
-        break_on_hyphens=False,
     )
 
 
@@ -647,25 +635,6 @@ def plot_figures(records: Sequence[RunRecord], figures_dir: Path) -> dict[str, P
 # -- the docs section ---------------------------------------------------------------------------
 
 
-def write_docs_section(path: Path, title: str, section: str) -> None:
-    """Replace (or append) the section headed `title` (e.g. "## Learning") of `path`, from its
-    heading to the next "## " heading, keeping every other section byte for byte."""
-    if not title.startswith("## "):
-        raise ValueError(f"section title {title!r} must be a level-2 heading ('## Name')")
-    if not section.startswith(title + "\n"):
-        raise ValueError(f"the section text must start with its heading line {title!r}")
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == title), None)
-    section = section.rstrip("\n") + "\n"
-    if start is None:
-        path.write_text(text.rstrip("\n") + "\n\n" + section)
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[end:])
-    path.write_text("".join(lines[:start]) + section + ("\n" + tail if tail else ""))
-
-
 def docs_section(
     data: ReportData,
     figures: Mapping[str, Path],
@@ -773,6 +742,5 @@ def write_report(
     figures = plot_figures(data.runs, figures_dir)
     if has_pass_at_k(data.runs):
         figures = {**figures, **plot_coverage(data.runs, figures_dir)}
-    docs_path.parent.mkdir(parents=True, exist_ok=True)
     section = docs_section(data, figures, docs_path, data_path=data_path)
-    write_docs_section(docs_path, SECTION_TITLE, section)
+    write_section(docs_path, SECTION_TITLE, section)

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from adarl.bench.learner import replace_titled_section
+from adarl.bench.docs_section import write_section
 
 SECTION_TITLE = "## Learner memory"
 VARIANTS = ("full-logits", "chunked", "chunked+ac")
@@ -220,12 +220,6 @@ def format_section(results: Sequence[VariantResult], *, setup: dict[str, str], c
     return "\n".join(lines) + "\n"
 
 
-def replace_section(document: str, section: str) -> str:
-    """`document` with its "## Learner memory" section replaced by `section` (appended if
-    absent); every other section is left as it was."""
-    return replace_titled_section(document, SECTION_TITLE, section)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m adarl.bench memory", description=__doc__.split("\n")[0]
@@ -299,11 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = format_section(results, setup=setup, command=command.rstrip())
     print(section)
     if not args.no_write_docs:
-        path: Path = args.write_docs
-        document = path.read_text() if path.is_file() else "# Benchmarks\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(replace_section(document, section))
-        print(f"wrote the Learner memory section of {path}")
+        write_section(args.write_docs, SECTION_TITLE, section)
+        print(f"wrote the Learner memory section of {args.write_docs}")
     return 0
 
 

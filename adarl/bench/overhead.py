@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adarl.bench.docs_section import paragraph, write_section
 from adarl.bench.learning import (
     CONSOLE_LOG,
     DOCS_PATH,
@@ -45,7 +46,7 @@ from adarl.bench.learning import (
     prepare_run_dir,
     run_subprocess,
 )
-from adarl.bench.learning_report import overhead_share, paragraph, write_docs_section
+from adarl.bench.learning_report import overhead_share
 
 SECTION_TITLE = "## Overhead"
 LOAD_FILE = "bench_load.json"  # the machine's load average while the run ran
@@ -294,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             for placement in args.placements[1:]:
                 section += placement_paragraph(placement, *measured[placement])
-            write_docs_section(args.write_docs, SECTION_TITLE, section)
+            write_section(args.write_docs, SECTION_TITLE, section)
             print(f"wrote the Overhead section of {args.write_docs}")
         return 0
     overhead = measure_overhead(
@@ -303,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(overhead_table(overhead))
     print(f"overhead share: {100 * overhead.share:.2f}% (target <= {100 * TARGET_SHARE:.0f}%)")
     if args.write_docs is not None:
-        write_docs_section(
+        write_section(
             args.write_docs,
             SECTION_TITLE,
             docs_section(overhead, command=command, run_detail=detail),

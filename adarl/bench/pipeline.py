@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from adarl.bench.docs_section import paragraph, write_section
 from adarl.bench.learning import REDUCED, Setting, load_run, run_comparison
 from adarl.bench.learning_records import (
     ReportData,
@@ -35,7 +36,6 @@ from adarl.bench.learning_records import (
     runs_by_arm,
     seed_band,
 )
-from adarl.bench.learning_report import paragraph, write_docs_section
 
 SECTION_TITLE = "## Async"
 DOCS_PATH = Path("docs") / "benchmarks.md"
@@ -239,6 +239,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         data.save(args.data)
     plot(data.runs, args.figure)
-    write_docs_section(args.docs, SECTION_TITLE, docs_section(data, args.figure, args.docs))
+    write_section(args.docs, SECTION_TITLE, docs_section(data, args.figure, args.docs))
     print(tables(data.runs))
     return 0

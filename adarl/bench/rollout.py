@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adarl.bench.docs_section import write_section
 from adarl.types import GenerationRequest, SamplingParams, TaskExample
 
-SECTION_HEADING = "## Rollout"
+SECTION_TITLE = "## Rollout"
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,7 @@ def machine_description() -> str:
 
 def docs_section(reports: Sequence[EngineReport], *, command: str, machine: str, model: str) -> str:
     lines = [
-        SECTION_HEADING,
+        SECTION_TITLE,
         "",
         f"Command: `{command}` ({datetime.date.today().isoformat()}).",
         f"Machine: {machine}.",
@@ -369,19 +370,6 @@ def docs_section(reports: Sequence[EngineReport], *, command: str, machine: str,
     return "\n".join(lines)
 
 
-def replace_section(path: Path, heading: str, section: str) -> None:
-    """Replace the `heading` section of a Markdown file (append it if absent)."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.strip() == heading), None)
-    if start is None:
-        path.write_text(text.rstrip("\n") + "\n\n" + section)
-        return
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[end:])
-    path.write_text("".join(lines[:start]) + section + ("\n" + tail if tail else ""))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m adarl.bench rollout", description=__doc__.split("\n")[0]
@@ -404,7 +392,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One thread, vLLM in-process: set before torch/vLLM are imported.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     import torch
 
     torch.set_num_threads(1)
@@ -448,7 +435,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = docs_section(reports, command=command, machine=machine, model=model)
     print(section)
     if not args.no_write_docs:
-        args.write_docs.parent.mkdir(parents=True, exist_ok=True)
-        replace_section(args.write_docs, SECTION_HEADING, section)
-        print(f"wrote the {SECTION_HEADING!r} section of {args.write_docs}")
+        write_section(args.write_docs, SECTION_TITLE, section)
+        print(f"wrote the {SECTION_TITLE!r} section of {args.write_docs}")
     return 0

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from adarl.bench.learner import replace_titled_section
+from adarl.bench.docs_section import write_section
 
 SECTION_TITLE = "## Memory that scales: ZeRO-3 loading and streamed weight sync"
 LOAD_VARIANTS = ("full-load", "partitioned")
@@ -53,10 +53,6 @@ def _memory_bytes() -> tuple[int, int]:
             if key in ("Rss", "Anonymous"):
                 fields[key] = int(value.split()[0]) * 1024
     return fields["Rss"], fields["Anonymous"]
-
-
-def _rss_bytes() -> int:
-    return _memory_bytes()[0]
 
 
 class _Sampler:
@@ -200,7 +196,7 @@ def run_load_rank(
 
 
 def _free_port() -> int:
-    from adarl.learner.learner import free_port
+    from adarl.learner.process_group import free_port
 
     return free_port()
 
@@ -248,7 +244,7 @@ def _layouts(model_dir: str, bucket_bytes: int) -> list[Any]:
     import torch
     from safetensors import safe_open
 
-    from adarl.learner.learner import WeightInfo
+    from adarl.learner.weights import WeightInfo
     from adarl.weight_transport import plan_buckets
 
     dtypes = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
@@ -415,11 +411,6 @@ def format_section(
     return "\n".join(lines) + "\n"
 
 
-def replace_section(document: str, section: str) -> str:
-    """`document` with this benchmark's section replaced by `section` (appended if absent)."""
-    return replace_titled_section(document, SECTION_TITLE, section)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m adarl.bench scaling", description=__doc__.split("\n")[0]
@@ -516,11 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(section)
     if not args.no_write_docs:
-        path: Path = args.write_docs
-        document = path.read_text() if path.is_file() else "# Benchmarks\n"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(replace_section(document, section))
-        print(f"wrote the {SECTION_TITLE[3:]} section of {path}")
+        write_section(args.write_docs, SECTION_TITLE, section)
+        print(f"wrote the {SECTION_TITLE[3:]} section of {args.write_docs}")
     return 0
 
 

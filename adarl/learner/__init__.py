@@ -1,17 +1,16 @@
 """Learners: DeepSpeed ZeRO ranks (`Learner`), their data-parallel group, and the builder."""
 
-from adarl.learner.build import build_learner_group, policy_loss_settings
+from adarl.learner.build import build_learner_group
 from adarl.learner.group import LearnerGroup, PromptGradNorms, TrainStepResult
-from adarl.learner.learner import Learner, PolicyLossSettings, RankStepResult, WeightInfo
+from adarl.learner.learner import Learner, RankStepResult
+from adarl.learner.weights import WeightInfo
 
 __all__ = [
     "Learner",
     "LearnerGroup",
-    "PolicyLossSettings",
     "PromptGradNorms",
     "RankStepResult",
     "TrainStepResult",
     "WeightInfo",
     "build_learner_group",
-    "policy_loss_settings",
 ]

@@ -8,25 +8,9 @@ from typing import TYPE_CHECKING, Any
 from adarl.config.faults import FaultsConfig
 from adarl.config.seeds import seed_or_default
 from adarl.learner.group import LearnerGroup
-from adarl.learner.learner import PolicyLossSettings
 
 if TYPE_CHECKING:
     from adarl.config.learner import LearnerConfig
-
-
-def policy_loss_settings(config: LearnerConfig) -> PolicyLossSettings:
-    loss = config.loss
-    return PolicyLossSettings(
-        aggregation=loss.aggregation,  # type: ignore[arg-type]  # validated by config
-        clip_low=loss.clip_low,
-        clip_high=loss.clip_high,
-        dual_clip=loss.dual_clip,
-        ratio_reference=loss.ratio_reference,
-        tis_cap=loss.tis_cap,
-        kl_coef=loss.kl_coef,
-        kl_estimator=loss.kl_estimator,  # type: ignore[arg-type]
-        entropy_coef=loss.entropy_coef,
-    )
 
 
 def build_learner_group(
@@ -59,6 +43,9 @@ def build_learner_group(
         scheduling=scheduling,
         call_timeout_s=faults.learner_call_timeout_s,
         max_nonfinite_streak=faults.max_nonfinite_streak,
+        mini_batches_per_step=config.mini_batches_per_step,
+        epochs_per_step=config.epochs_per_step,
+        reference_reset_every_steps=config.reference_reset_every_steps,
         model_path=model_path,
         zero_stage=config.zero_stage,
         precision=config.precision,
@@ -72,7 +59,7 @@ def build_learner_group(
         logprob_chunk_tokens=config.logprob_chunk_tokens,
         activation_checkpointing=config.activation_checkpointing,
         temperature=temperature,
-        loss=policy_loss_settings(config),
+        loss=config.loss,
         reference_model_path=config.reference_model,
         seed=seed_or_default(config.seed),
         device="cuda" if gpus_per_learner > 0 else "cpu",

@@ -1,19 +1,19 @@
-"""One data-parallel learner rank: a DeepSpeed engine over an HF causal LM, and the generic loss.
+"""One data-parallel learner rank: a DeepSpeed engine over an HF causal LM, trained with the
+generic loss.
 
 A `Learner` is a plain class. `LearnerGroup` (adarl/learner/group.py) runs N of them as Ray actors
 (or one in-process), cuts each TrainBatch across them and sums what they report.
 
 Life cycle: `Learner(...)` only records settings; `setup(master_addr=..., master_port=...)` joins
-the process group and builds the engine. No launcher is needed: the rank, world size and
-rendezvous address are set explicitly (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
-gloo on CPU and NCCL on GPU.
+the process group (adarl/learner/process_group.py) and builds the engine. What leaves the rank
+lives beside this module: its weights (listed, gathered, broadcast to the engines, exported as an
+HF model: adarl/learner/weights.py) and its checkpoint (adarl/learner/checkpoint.py). The
+`Learner` methods of those names are the actor's interface: the group and weight sync call them
+by name on every rank, and they hand the work to those modules.
 
-Choices that keep a fresh CPU machine from compiling C++ on first use (measured, DeepSpeed
-0.19.8: shm comm ≈ 50 s, FusedAdam ≈ 43 s, CPUAdam ≈ 45 s):
-* the optimizer is torch's AdamW, passed to DeepSpeed as a client optimizer;
-* DeepSpeed's shared-memory allreduce op (an optional fast path for intra-node CPU allreduce) is
-  marked unavailable before the process group starts, so gloo does the collectives. After this
-  no op is built at all (checked with an empty TORCH_EXTENSIONS_DIR, stages 0-3, fp32 and bf16).
+The optimizer is torch's AdamW, passed to DeepSpeed as a client optimizer, so that a fresh CPU
+machine compiles no C++ on first use (measured, DeepSpeed 0.19.8: FusedAdam ≈ 43 s, CPUAdam
+≈ 45 s; the process group's part of this: adarl/learner/process_group.py).
 
 Gradient accumulation is caller-owned (`managed_gradient_accumulation: false`): a step runs as
 many micro-batches as its token budget needs and calls `engine.step()` once. Every micro-batch's
@@ -34,70 +34,49 @@ entropy come from `TokenScorer` (adarl/learner/logprobs.py): the output head run
 scored positions, `logprob_chunk_tokens` rows at a time under activation checkpointing, so no
 [B, T, V] tensor is ever formed. `activation_checkpointing` also checkpoints the transformer
 layers. The model is loaded in the training precision (bf16 weights under `precision="bf16"`);
-under ZeRO-3 a local checkpoint is loaded partitioned (`load_partitioned`: each rank builds and
-reads only its share), so no rank ever holds the whole model.
+under ZeRO-3 a local checkpoint is loaded partitioned (adarl/learner/loading.py), so no rank
+ever holds the whole model.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import socket
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from adarl.algo.loss import Aggregation, KLEstimator, policy_loss
-from adarl.learner.batching import plan_micro_batches, sequence_lengths
+from adarl.algo.loss import policy_loss
+from adarl.config.learner import PolicyLossConfig
+from adarl.learner.batching import MiniBatchShard, plan_micro_batches, sequence_lengths
+from adarl.learner.checkpoint import (
+    load_engine_state,
+    load_engine_weights,
+    load_reference_state,
+    save_engine_state,
+    save_reference_state,
+)
 from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
+from adarl.learner.loading import checkpoint_files, load_partitioned
 from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
+from adarl.learner.process_group import (
+    free_port,
+    join_process_group,
+    leave_process_group,
+    use_deepspeed_accelerator,
+)
+from adarl.learner.weights import PolicyWeights, WeightInfo
 from adarl.types import TrainBatch
 
 if TYPE_CHECKING:
-    from adarl.weight_transport import BucketLayout, WeightBroadcastSender
+    from adarl.weight_transport import BucketLayout
 
 logger = logging.getLogger(__name__)
 
-# Files that make up a saved tokenizer; copied verbatim into HF exports so that the export
-# loads with exactly the tokenizer the policy was trained with.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-)
-
-
-@dataclass(frozen=True)
-class PolicyLossSettings:
-    """Hyperparameters of `adarl.algo.loss.policy_loss`, plus which policy the ratio is against.
-
-    ratio_reference "behaviour": π_old = the engine's log-probs (TrainBatch.behaviour_logprobs).
-    ratio_reference "learner": π_old = the learner's log-probs under the pre-update weights. One
-    optimizer step is taken per batch, so these are the current log-probs without gradient and
-    the PPO ratio is exactly 1; `tis_cap` then corrects the engine/learner mismatch.
-    """
-
-    aggregation: Aggregation = "token_mean"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float | None = None
-    ratio_reference: str = "behaviour"
-    tis_cap: float | None = None
-    kl_coef: float = 0.0
-    kl_estimator: KLEstimator = "k3"
-    entropy_coef: float = 0.0
+SETUP_NOT_CALLED = "Learner.setup(master_addr=..., master_port=...) was not called"
 
 
 @dataclass(frozen=True)
@@ -114,22 +93,6 @@ class RankStepResult:
     skipped_nonfinite: bool = False  # the update was discarded: non-finite loss or gradients
 
 
-@dataclass(frozen=True)
-class WeightInfo:
-    """Name, full shape and dtype of one weight (full even when ZeRO-3 partitions it)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-    @property
-    def num_bytes(self) -> int:
-        numel = 1
-        for size in self.shape:
-            numel *= size
-        return numel * torch.empty((), dtype=self.dtype).element_size()
-
-
 @dataclass
 class _Timer:
     seconds: float = 0.0
@@ -141,127 +104,6 @@ class _Timer:
             yield
         finally:
             self.seconds += time.perf_counter() - start
-
-
-def checkpoint_files(path: str) -> list[Path]:
-    """The safetensors files of a local model directory ([] for a hub name or other formats)."""
-    directory = Path(path)
-    return sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
-
-
-def load_partitioned(
-    path: str,
-    files: Sequence[Path],
-    *,
-    dtype: torch.dtype,
-    deepspeed_config: dict[str, Any],
-) -> Any:
-    """The model of `path`, built and loaded ZeRO-3-partitioned: no rank holds all of it.
-
-    The model is constructed under `deepspeed.zero.Init`, which partitions each parameter as it
-    is created (without random initialisation, and on the rank's own device), then every rank
-    reads from the memory-mapped safetensors only the elements of its own partition: ZeRO-3 keeps
-    elements [r·s, (r+1)·s) of a flattened parameter on partition rank r
-    (deepspeed/runtime/zero/partition_parameters.py, `_partition_param`). No gather, no
-    collective, no full tensor: peak memory per rank is its share plus the module being built,
-    where loading whole and partitioning in `deepspeed.initialize` first moves the whole model
-    to every rank's device (`python -m adarl.bench scaling`). Every rank calls it.
-    """
-    import deepspeed
-    import torch.distributed as dist
-    from deepspeed.runtime.zero.partition_parameters import DeepSpeedTensorOverride
-    from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-
-    config = AutoConfig.from_pretrained(path)
-    # Tensors keep the dtypes the model's own code gives them (parameters: `dtype`; buffers
-    # computed in fp32, such as rotary inv_freq, stay fp32, as in `from_pretrained`): only the
-    # device is overridden. The partition dtype comes from the config's bf16 flag (DeepSpeed
-    # 0.19.8 ignores an explicit `dtype=` on accelerators without fp16, such as CPU).
-    with (
-        no_init_weights(),
-        deepspeed.zero.Init(
-            config_dict_or_path=deepspeed_config,
-            tensor_overrides=[DeepSpeedTensorOverride.device],
-        ),
-    ):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.tie_weights()
-    location: dict[str, Path] = {}  # tensor name -> file (headers only)
-    for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            location.update(dict.fromkeys(handle.keys(), file))
-    names_of: dict[int, list[str]] = {}  # tied parameters appear under several names
-    params: dict[int, torch.nn.Parameter] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        names_of.setdefault(id(param), []).append(name)
-        params[id(param)] = param
-    missing = [names[0] for names in names_of.values() if not set(names) & set(location)]
-    if missing:
-        raise ValueError(
-            f"{path}: no checkpoint tensor for {missing[:5]}{'...' if len(missing) > 5 else ''} "
-            "while loading it ZeRO-3-partitioned (renamed checkpoint keys?); use "
-            "learner.zero_stage=2 for this model"
-        )
-    handles = {file: safe_open(str(file), framework="pt") for file in files}
-    with torch.no_grad():
-        for key, param in params.items():
-            source = next(n for n in names_of[key] if n in location)
-            part = param.ds_tensor
-            size = int(part.ds_numel)
-            start = size * dist.get_rank(group=param.ds_process_group)
-            end = min(start + size, int(param.ds_numel))
-            if start < end:
-                flat = _read_flat_range(handles[location[source]], source, start, end)
-                part[: end - start].copy_(flat.to(part.dtype))
-    handles.clear()
-    return model
-
-
-def _read_flat_range(handle: Any, name: str, start: int, end: int) -> torch.Tensor:
-    """Elements [start, end) of tensor `name` flattened, reading only the rows that hold them."""
-    view = handle.get_slice(name)
-    shape = list(view.get_shape())
-    if not shape:
-        return handle.get_tensor(name).reshape(-1)[start:end]
-    row = 1
-    for size in shape[1:]:
-        row *= int(size)
-    first, last = start // row, -(-end // row)
-    rows = view[first:last]
-    return rows.reshape(-1)[start - first * row : end - first * row]
-
-
-def free_port() -> int:
-    """A TCP port free on this host right now (for the process group's rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
-
-
-def use_deepspeed_accelerator(device_type: str) -> None:
-    """Point DeepSpeed's process-wide accelerator at `device_type` ("cpu" or "cuda").
-
-    DeepSpeed picks CUDA whenever torch sees a GPU and `deepspeed.initialize` moves the model
-    there. A CPU learner in a process that sees a GPU (`cluster.in_process=true` with
-    `cluster.gpus_per_learner=0` on a GPU machine) would then score CPU inputs with CUDA weights;
-    Ray actors without GPUs see none and are unaffected.
-    """
-    from deepspeed.accelerator import get_accelerator, set_accelerator
-
-    if get_accelerator().device_name() == device_type:
-        return
-    if device_type == "cuda":
-        from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
-
-        set_accelerator(CUDA_Accelerator())
-    elif device_type == "cpu":
-        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
-
-        set_accelerator(CPU_Accelerator())
-    else:
-        raise ValueError(f"device_type must be 'cpu' or 'cuda', got {device_type!r}")
 
 
 class Learner:
@@ -282,7 +124,7 @@ class Learner:
         lr_warmup_steps: int = 0,
         max_grad_norm: float = 1.0,
         max_tokens_per_micro_batch: int = 8192,
-        loss: PolicyLossSettings | None = None,
+        loss: PolicyLossConfig | None = None,
         reference_model_path: str | None = None,
         seed: int = 0,
         device: str = "auto",
@@ -303,6 +145,9 @@ class Learner:
             )
         if logprob_chunk_tokens < 1:
             raise ValueError(f"logprob_chunk_tokens must be >= 1, got {logprob_chunk_tokens}")
+        # The config's record, defaults and checks: the loss settings are written once.
+        loss = loss or PolicyLossConfig()
+        loss.validate()
         self.model_path = model_path
         self.rank = rank
         self.world_size = world_size
@@ -315,7 +160,7 @@ class Learner:
         self.lr_warmup_steps = lr_warmup_steps
         self.max_grad_norm = max_grad_norm
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
-        self.loss = loss or PolicyLossSettings()
+        self.loss = loss
         self.reference_model_path = reference_model_path or model_path
         self.seed = seed
         self.device_kind = device
@@ -328,8 +173,8 @@ class Learner:
         self._device = torch.device("cpu")
         self._owns_process_group = False
         self._stage0_grad_norm: float | None = None
-        self._weight_sender: WeightBroadcastSender | None = None
-        self._persistent_buffer_names: set[str] | None = None
+        self._weights: PolicyWeights | None = None
+        self._reference_was_reset = False  # the reference holds other weights than it loaded
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -350,47 +195,20 @@ class Learner:
             self._device = torch.device("cuda", 0)
         torch.manual_seed(self.seed)
         use_deepspeed_accelerator("cuda" if use_cuda else "cpu")
-        self._init_process_group(master_addr, master_port, backend="nccl" if use_cuda else "gloo")
-        self._engine = self._build_engine()
-        if self.loss.kl_coef != 0.0:
-            self._reference = self._build_reference()
-
-    def _init_process_group(self, master_addr: str, master_port: int, *, backend: str) -> None:
-        import deepspeed
-        import deepspeed.ops
-        import torch.distributed as dist
-
-        # No C++ shm-allreduce build (≈50 s on first use); gloo handles CPU collectives.
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-        os.environ.update(
-            RANK=str(self.rank),
-            LOCAL_RANK="0",
-            WORLD_SIZE=str(self.world_size),
-            MASTER_ADDR=master_addr,
-            MASTER_PORT=str(master_port),
-        )
-        if dist.is_initialized():
-            # An in-process vLLM engine sets up a one-process world and never tears it down; a
-            # lone learner shares it (collectives of one rank are local) and leaves it in place.
-            if self.world_size == 1 and dist.get_world_size() == 1:
-                deepspeed.init_distributed(dist_backend=dist.get_backend(), verbose=False)
-                return
-            raise RuntimeError(
-                f"torch.distributed is already initialised in this process with world size "
-                f"{dist.get_world_size()}; a learner of world size {self.world_size} needs its "
-                "own process (run learners as Ray actors)"
-            )
-        deepspeed.init_distributed(
-            dist_backend=backend,
-            auto_mpi_discovery=False,
-            init_method=f"tcp://{master_addr}:{master_port}",
+        self._owns_process_group = join_process_group(
             rank=self.rank,
             world_size=self.world_size,
-            timeout=timedelta(seconds=self.collective_timeout_s),
-            verbose=False,
+            master_addr=master_addr,
+            master_port=master_port,
+            backend="nccl" if use_cuda else "gloo",
+            timeout_s=self.collective_timeout_s,
         )
-        self._owns_process_group = True
+        self._engine = self._build_engine()
+        self._weights = PolicyWeights(
+            self.module, rank=self.rank, zero_stage=self.zero_stage, device=self._device
+        )
+        if self.loss.kl_coef != 0.0:
+            self._reference = self._build_reference()
 
     def _deepspeed_config(self) -> dict[str, Any]:
         # Stage 0 fp32 uses the client optimizer directly and DeepSpeed does not keep the norm it
@@ -504,28 +322,23 @@ class Learner:
         optimizer.overflow = not finite  # type: ignore[attr-defined]
 
     def close(self) -> None:
-        """Release the engine and the process groups (so another learner can start here).
-
-        A world this learner created is destroyed; a shared one (see `_init_process_group`) is
-        left alone, and only the data-parallel group DeepSpeed cloned from it is released.
-        """
+        """Release the engine and the process groups (so another learner can start here;
+        `leave_process_group` says which groups are this learner's to release)."""
         engine, self._engine = self._engine, None
         self._reference = None
-        self._weight_sender = None
-        import deepspeed.comm
-
-        if self._owns_process_group:
-            deepspeed.comm.destroy_process_group()
-            self._owns_process_group = False
-        elif engine is not None and engine.data_parallel_group is not None:
-            deepspeed.comm.destroy_process_group(group=engine.data_parallel_group)
+        self._weights = None
+        leave_process_group(
+            owns_world=self._owns_process_group,
+            data_parallel_group=None if engine is None else engine.data_parallel_group,
+        )
+        self._owns_process_group = False
 
     # ----------------------------------------------------------------------------- training
 
     @property
     def engine(self) -> Any:
         if self._engine is None:
-            raise RuntimeError("Learner.setup(master_addr=..., master_port=...) was not called")
+            raise RuntimeError(SETUP_NOT_CALLED)
         return self._engine
 
     @property
@@ -590,68 +403,67 @@ class Learner:
         return logprobs, entropy, input_ids, attention_mask
 
     def train_step(
-        self,
-        batch: TrainBatch,
-        *,
-        num_micro_batches: int,
-        global_num_tokens: float,
-        global_num_sequences: float,
-    ) -> RankStepResult:
-        """One optimizer step on this rank's shard; gradients are summed over all ranks.
+        self, mini_batches: Sequence[MiniBatchShard], *, epochs: int = 1
+    ) -> list[RankStepResult]:
+        """One training step on this rank: `epochs` passes over the step's mini-batches (this
+        rank's shard of each, `adarl.learner.batching.plan_mini_batch_shards`), one optimizer
+        step per mini-batch per pass (`optimizer_step`); one result per optimizer step.
 
-        `global_num_*` are the whole batch's counts (`BatchCounts`); `num_micro_batches` is the
-        same on all ranks (the most any rank needs for its shard).
-        """
+        One mini-batch and one pass is one optimizer step on the whole batch. With more,
+        ratio_reference "learner" takes π_old of every mini-batch from the weights the step
+        starts from, scored before the first update (verl's old log-probs); "behaviour" keeps
+        the engines' log-probs, so later steps' ratios also carry the drift of earlier ones."""
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        proximal: list[torch.Tensor | None] = [None] * len(mini_batches)
+        if self.loss.ratio_reference == "learner" and len(mini_batches) * epochs > 1:
+            proximal = [self._response_logprobs(mini) for mini in mini_batches]
+        return [
+            self.optimizer_step(mini, proximal_logprobs=old)
+            for _ in range(epochs)
+            for mini, old in zip(mini_batches, proximal, strict=True)
+        ]
+
+    @torch.no_grad()
+    def _response_logprobs(self, mini: MiniBatchShard) -> torch.Tensor:  # [B, T] of the shard
+        """log π_T of the shard's tokens under the current weights, micro-batch by micro-batch
+        (the same number on every rank, for ZeRO-3's collective gathers)."""
+        shard = mini.shard
+        out = torch.zeros(shard.input_ids.shape, device=self._device)
+        for part in self._micro_batches(shard, mini.num_micro_batches):
+            logprobs = self._forward(self.engine, None if part is None else part[1])[0]
+            if part is not None:
+                rows, micro = part
+                out[torch.tensor(rows), : micro.input_ids.shape[1]] = logprobs.float()
+        return out
+
+    def optimizer_step(
+        self, mini: MiniBatchShard, *, proximal_logprobs: torch.Tensor | None = None
+    ) -> RankStepResult:
+        """One optimizer step on this rank's shard of one mini-batch: its micro-batches each add
+        their share of the mini-batch's gradient (`_accumulate_gradients`), then the optimizer
+        steps once; gradients are summed over all ranks. `proximal_logprobs` ([B, T] of the
+        shard): π_old for ratio_reference "learner" when it is not the current weights."""
         engine = self.engine
-        settings = self.loss
         sums: dict[str, float] = {}
         padded_tokens = 0
         forward_backward = _Timer()
         with forward_backward.measure():
-            for part in self._micro_batches(batch, num_micro_batches):
+            for part in self._micro_batches(mini.shard, mini.num_micro_batches):
                 micro = None if part is None else part[1]
-                logprobs, entropy, input_ids, _ = self._forward(
-                    engine, micro, entropy_grad=settings.entropy_coef != 0.0
+                old = None
+                if part is not None and proximal_logprobs is not None:
+                    rows, micro = part
+                    old = proximal_logprobs[torch.tensor(rows), : micro.input_ids.shape[1]]
+                shares = self._accumulate_gradients(
+                    micro,
+                    global_num_tokens=mini.global_num_tokens,
+                    global_num_sequences=mini.global_num_sequences,
+                    proximal_logprobs=old,
                 )
-                if micro is None:
-                    engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
-                    continue
-                padded_tokens += int(input_ids.numel())
-                ref_logprobs = None
-                if self._reference is not None:
-                    with torch.no_grad():
-                        ref_logprobs = self._forward(self._reference, micro)[0]
-                mask = micro.response_mask.to(self._device)
-                out = policy_loss(
-                    logprobs=logprobs,
-                    behaviour_logprobs=micro.behaviour_logprobs.to(self._device),
-                    advantages=micro.advantages.to(self._device),
-                    response_mask=mask,
-                    global_num_tokens=global_num_tokens,
-                    global_num_sequences=global_num_sequences,
-                    aggregation=settings.aggregation,
-                    clip_low=settings.clip_low,
-                    clip_high=settings.clip_high,
-                    dual_clip=settings.dual_clip,
-                    proximal_logprobs=(
-                        logprobs.detach() if settings.ratio_reference == "learner" else None
-                    ),
-                    tis_cap=settings.tis_cap,
-                    ref_logprobs=ref_logprobs,
-                    kl_coef=settings.kl_coef,
-                    kl_estimator=settings.kl_estimator,
-                    entropy=entropy,
-                    entropy_coef=settings.entropy_coef,
-                )
-                # DeepSpeed averages gradients over ranks; the shares must be summed instead.
-                loss = out.loss * self.world_size
-                if not bool(torch.isfinite(out.loss)):
-                    # Make every gradient of this pass NaN (a NaN term that is constant in the
-                    # weights would otherwise leave finite gradients), so that the optimizer's
-                    # check discards the whole update on every rank.
-                    loss = logprobs.sum() * float("nan")
-                engine.backward(loss, scale_wrt_gas=False)
-                for key, value in out.metrics.items():
+                if micro is not None:
+                    padded_tokens += int(micro.input_ids.numel())
+                for key, value in shares.items():
                     sums[key] = sums.get(key, 0.0) + value
         learning_rate = float(engine.get_lr()[0])
         optimizer_step = _Timer()
@@ -661,12 +473,72 @@ class Learner:
             loss_metrics=sums,
             grad_norm=self._last_grad_norm(),
             learning_rate=learning_rate,
-            num_micro_batches=num_micro_batches,
+            num_micro_batches=mini.num_micro_batches,
             padded_tokens=padded_tokens,
             forward_backward_s=forward_backward.seconds,
             optimizer_step_s=optimizer_step.seconds,
             skipped_nonfinite=not engine.was_step_applied(),
         )
+
+    def _accumulate_gradients(
+        self,
+        micro: TrainBatch | None,
+        *,
+        global_num_tokens: float,
+        global_num_sequences: float,
+        proximal_logprobs: torch.Tensor | None = None,
+    ) -> dict[str, float]:
+        """Forward and backward of one micro-batch: its share of the mini-batch's loss gradient
+        is added to the engine's gradients; returns its additive metric shares. `None` is an
+        empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step.
+        `proximal_logprobs`: π_old scored earlier; None with ratio_reference "learner" means
+        the current weights (the first and only optimizer step of a training step)."""
+        engine = self.engine
+        settings = self.loss
+        logprobs, entropy, _, _ = self._forward(
+            engine, micro, entropy_grad=settings.entropy_coef != 0.0
+        )
+        if micro is None:
+            engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
+            return {}
+        ref_logprobs = None
+        if self._reference is not None:
+            with torch.no_grad():
+                ref_logprobs = self._forward(self._reference, micro)[0]
+        out = policy_loss(
+            logprobs=logprobs,
+            behaviour_logprobs=micro.behaviour_logprobs.to(self._device),
+            advantages=micro.advantages.to(self._device),
+            response_mask=micro.response_mask.to(self._device),
+            global_num_tokens=global_num_tokens,
+            global_num_sequences=global_num_sequences,
+            aggregation=settings.aggregation,  # type: ignore[arg-type]  # validated in __init__
+            clip_low=settings.clip_low,
+            clip_high=settings.clip_high,
+            dual_clip=settings.dual_clip,
+            proximal_logprobs=(
+                None
+                if settings.ratio_reference != "learner"
+                else logprobs.detach()
+                if proximal_logprobs is None
+                else proximal_logprobs
+            ),
+            tis_cap=settings.tis_cap,
+            ref_logprobs=ref_logprobs,
+            kl_coef=settings.kl_coef,
+            kl_estimator=settings.kl_estimator,  # type: ignore[arg-type]
+            entropy=entropy,
+            entropy_coef=settings.entropy_coef,
+        )
+        # DeepSpeed averages gradients over ranks; the shares must be summed instead.
+        loss = out.loss * self.world_size
+        if not bool(torch.isfinite(out.loss)):
+            # Make every gradient of this pass NaN (a NaN term that is constant in the
+            # weights would otherwise leave finite gradients), so that the optimizer's
+            # check discards the whole update on every rank.
+            loss = logprobs.sum() * float("nan")
+        engine.backward(loss, scale_wrt_gas=False)
+        return out.metrics
 
     def _last_grad_norm(self) -> float:
         if self._stage0_fp32:
@@ -728,43 +600,24 @@ class Learner:
             out[torch.tensor(rows), : input_ids.shape[1]] = logprobs.cpu()
         return out
 
-    # ----------------------------------------------------------------------------- weights
+    # ------------------------------------------------------------------ weights, checkpoints
+    # The actor's interface for what leaves the rank: the group and weight sync call these by
+    # name on every rank; adarl/learner/weights.py and adarl/learner/checkpoint.py do the work.
 
-    def _named_weights(self) -> dict[str, torch.Tensor]:
-        """HF-named parameters (tied ones once) and persistent buffers of the policy: the
-        tensors of its checkpoint, i.e. what `update_weights` and `save_pretrained` expect."""
-        module = self.module
-        if self._persistent_buffer_names is None:
-            state_keys = set(module.state_dict().keys())
-            self._persistent_buffer_names = {
-                n for n, _ in module.named_buffers() if n in state_keys
-            }
-        weights = dict(module.named_parameters())
-        for name, buffer in module.named_buffers():
-            if name in self._persistent_buffer_names and name not in weights:
-                weights[name] = buffer
-        return weights
+    @property
+    def policy_weights(self) -> PolicyWeights:
+        """The policy's weights as its HF checkpoint names them (listing, gathers, export)."""
+        if self._weights is None:
+            raise RuntimeError(SETUP_NOT_CALLED)
+        return self._weights
 
     def weight_infos(self) -> list[WeightInfo]:
         """Every weight's name, full shape and dtype, in a fixed order (no collective)."""
-        return [
-            WeightInfo(name=name, shape=tuple(getattr(t, "ds_shape", t.shape)), dtype=t.dtype)
-            for name, t in self._named_weights().items()
-        ]
+        return self.policy_weights.infos()
 
     def gather_weights(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Full CPU copies of `names` on rank 0 ({} on other ranks). Collective under ZeRO-3."""
-        named = self._named_weights()
-        missing = [n for n in names if n not in named]
-        if missing:
-            raise KeyError(f"unknown weight names {missing[:5]}; see weight_infos()")
-        tensors = [named[n] for n in names]
-        out: dict[str, torch.Tensor] = {}
-        with self._gathered([t for t in tensors if hasattr(t, "ds_id")]):
-            if self.rank == 0:
-                for name, tensor in zip(names, tensors, strict=True):
-                    out[name] = tensor.detach().to("cpu", copy=True).contiguous()
-        return out
+        return self.policy_weights.gather(names)
 
     def init_weight_broadcast(
         self,
@@ -776,89 +629,81 @@ class Learner:
         timeout_s: float,
     ) -> None:
         """Rank 0 joins the weight-broadcast group as its root (adarl/weight_sync/broadcast.py)."""
-        from adarl.weight_transport import WeightBroadcastSender, create_broadcast_group
-
-        if self.rank != 0:
-            raise RuntimeError("only learner rank 0 sends weights")
-        group = create_broadcast_group(
+        self.policy_weights.join_broadcast(
             master_addr=master_addr,
             master_port=master_port,
-            rank=0,
             world_size=world_size,
             backend=backend,
             timeout_s=timeout_s,
         )
-        self._weight_sender = WeightBroadcastSender(group=group, device=self._device)
 
     def broadcast_weights(self, layouts: Sequence[BucketLayout]) -> None:
-        """Every rank gathers each bucket (ZeRO-3); rank 0 broadcasts it to the engines.
-
-        Rank 0 packs straight from the gathered parameters (no intermediate copy), so at most
-        one bucket is gathered at a time.
-        """
-        if self.rank == 0 and self._weight_sender is None:
-            raise RuntimeError("init_weight_broadcast was not called on rank 0")
-        named = self._named_weights()
-        for layout in layouts:
-            tensors = {name: named[name] for name in layout.names}
-            with self._gathered([t for t in tensors.values() if hasattr(t, "ds_id")]):
-                if self._weight_sender is not None:
-                    self._weight_sender.send(layout, {n: t.detach() for n, t in tensors.items()})
-
-    @contextmanager
-    def _gathered(self, params: Sequence[torch.Tensor]) -> Iterator[None]:
-        if self.zero_stage != 3 or not params:
-            yield
-            return
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(params), modifier_rank=None):
-            yield
-
-    # ----------------------------------------------------------------------------- checkpoints
-
-    def save_checkpoint(self, directory: str, *, tag: str, client_state: dict[str, Any]) -> None:
-        """DeepSpeed state (model, optimizer, LR scheduler) of every rank under directory/tag.
-
-        Every rank writes its own optimizer partition: on several nodes `directory` must be on a
-        filesystem all of them share."""
-        self.engine.save_checkpoint(directory, tag=tag, client_state={"adarl": client_state})
-
-    def load_checkpoint(self, directory: str, *, tag: str) -> dict[str, Any]:
-        """Restore what `save_checkpoint` wrote; returns its `client_state`."""
-        path, client_state = self.engine.load_checkpoint(
-            directory, tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
-        if path is None:
-            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
-        return dict((client_state or {}).get("adarl", {}))
-
-    def load_weights(self, directory: str, *, tag: str) -> None:
-        """Only the policy's weights from what `save_checkpoint` wrote, saved by any number of
-        ranks (`adarl.export`: one learner exports a checkpoint of N). DeepSpeed's module-only
-        load reads the full module saved by rank 0 at ZeRO 0-2 and, at ZeRO-3, rebuilds the fp32
-        weights from every rank's partitions (cast to the training precision). The optimizer,
-        scheduler and step counters are left as they are."""
-        path, _ = self.engine.load_checkpoint(
-            directory,
-            tag=tag,
-            load_module_only=True,
-            load_optimizer_states=False,
-            load_lr_scheduler_states=False,
-        )
-        if path is None:
-            raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
+        """Every rank gathers each bucket (ZeRO-3); rank 0 broadcasts it to the engines."""
+        self.policy_weights.broadcast(layouts)
 
     def export_hf(self, directory: str) -> None:
         """An HF model directory (config, safetensors, tokenizer files) on rank 0. Collective."""
-        names = [info.name for info in self.weight_infos()]
-        weights = self.gather_weights(names)
-        if self.rank != 0:
-            return
-        target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        self.module.save_pretrained(target, state_dict=weights, safe_serialization=True)
-        source = Path(self.model_path)
-        for filename in TOKENIZER_FILES:
-            if (source / filename).is_file():
-                shutil.copy2(source / filename, target / filename)
+        self.policy_weights.export_hf(directory, tokenizer_source=self.model_path)
+
+    def save_checkpoint(self, directory: str, *, tag: str, client_state: dict[str, Any]) -> None:
+        """DeepSpeed state (model, optimizer, LR scheduler) of every rank under directory/tag,
+        with the group's `client_state` (adarl/learner/checkpoint.py); and the KL reference's
+        weights once `reset_reference` has moved it off its initial ones."""
+        save_engine_state(self.engine, directory, tag=tag, client_state=client_state)
+        if self._reference_was_reset:
+            save_reference_state(
+                self._reference_module,
+                directory,
+                tag=tag,
+                rank=self.rank,
+                partitioned=self.zero_stage == 3,
+            )
+
+    def load_checkpoint(self, directory: str, *, tag: str) -> dict[str, Any]:
+        """Restore what `save_checkpoint` wrote; returns its `client_state`."""
+        state = load_engine_state(self.engine, directory, tag=tag)
+        if self._reference is not None:
+            self._reference_was_reset = load_reference_state(
+                self._reference_module, directory, tag=tag, partitioned=self.zero_stage == 3
+            )
+        return state
+
+    @property
+    def _reference_module(self) -> torch.nn.Module:
+        """The reference's `TokenScorer` (inside its frozen engine under ZeRO-3)."""
+        return getattr(self._reference, "module", self._reference)
+
+    @torch.no_grad()
+    def reset_reference(self) -> None:
+        """ProRL's reference reset (Liu et al. 2025, arXiv 2505.24864): the KL anchor moves to the
+        current policy, so the KL term stops pulling the policy back towards where training
+        started and pulls it towards where it is now. (ProRL also resets the optimizer's
+        moments; adarl keeps them.) Collective under ZeRO-3."""
+        if self._reference is None:
+            raise RuntimeError(
+                "reset_reference needs a KL reference model: set learner.loss.kl_coef > 0"
+            )
+        policy = dict(self.module.named_parameters())
+        targets = dict(self._reference_module.named_parameters())
+        if targets.keys() != policy.keys():
+            raise RuntimeError("the KL reference and the policy have different parameters")
+        if self.zero_stage == 3:
+            import deepspeed
+
+            # Every rank gathers both; rank 0's copy is partitioned back into the reference.
+            with (
+                deepspeed.zero.GatheredParameters(list(policy.values()), modifier_rank=None),
+                deepspeed.zero.GatheredParameters(list(targets.values()), modifier_rank=0),
+            ):
+                if self.rank == 0:
+                    for name, target in targets.items():
+                        target.copy_(policy[name])
+        else:
+            for name, target in targets.items():
+                target.copy_(policy[name])
+        self._reference_was_reset = True
+
+    def load_weights(self, directory: str, *, tag: str) -> None:
+        """Only the policy's weights from what `save_checkpoint` wrote, by any number of ranks;
+        the optimizer, scheduler and step counters are left as they are."""
+        load_engine_weights(self.engine, directory, tag=tag)

@@ -57,6 +57,27 @@ from adarl.rollout.common import (
 )
 from adarl.types import Completion, FinishReason, GenerationRequest, GenerationResult
 
+log = logging.getLogger(__name__)
+
+
+# The vLLM release the engine code is tested on; every install of the project pins it
+# (pyproject.toml's extras, docker/Dockerfile.gpu). Another release is a deliberate upgrade.
+VLLM_VERSION = "0.32.0"
+
+
+def _warn_on_another_vllm_release() -> None:
+    import vllm
+
+    if vllm.__version__.split("+")[0] != VLLM_VERSION:
+        log.warning(
+            "vLLM %s is installed; adarl's engine is tested on vLLM %s (its defaults and weight "
+            "reload differ between releases): install vllm==%s, or run the tests and "
+            "`make gpu-preflight` on this release first (docs/cluster.md)",
+            vllm.__version__,
+            VLLM_VERSION,
+            VLLM_VERSION,
+        )
+
 
 def _prepare_vllm_environment(*, enforce_eager: bool) -> None:
     # In-process engine core: required by the weight-update path (see the module docstring).
@@ -105,6 +126,7 @@ class VLLMEngine:
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         _prepare_vllm_environment(enforce_eager=enforce_eager)
+        _warn_on_another_vllm_release()
         from vllm import LLM
 
         options: dict[str, Any] = {}

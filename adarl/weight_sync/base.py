@@ -123,8 +123,11 @@ def wait_all(
     timeout_s: float | None = None,
     *,
     waiting_for: str = "weight sync",
+    fail_fast: bool = False,
 ) -> list[T]:
     """Results of all futures within `timeout_s` in all (`TimeoutError` naming `waiting_for`
     and faults.weight_sync_timeout_s after it); the first failure propagates once every call
-    has finished."""
-    return results_within(futures, timeout_s, waiting_for=waiting_for, key=TIMEOUT_KEY)
+    has finished, or at once with `fail_fast` (`results_within`)."""
+    return results_within(
+        futures, timeout_s, waiting_for=waiting_for, key=TIMEOUT_KEY, fail_fast=fail_fast
+    )

@@ -62,7 +62,10 @@ def join_broadcast_group(
     timeout_s: float,
     device: str,
 ) -> None:
-    """Engine side of set-up (runs in the engine's process via `call_on_engine`)."""
+    """Engine side of set-up (runs in the engine's process via `call_on_engine`). `device`:
+    where the engine receives; "auto" is its GPU when its process has one, else the CPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     group = create_broadcast_group(
         master_addr=master_addr,
         master_port=master_port,
@@ -101,7 +104,8 @@ class BroadcastWeightSync:
     """`WeightSync` for GPU clusters: learner rank 0 broadcasts to engine actors (module doc).
 
     `engines` must be Ray actor handles (each engine in its own process). The group is created on
-    the first push. `engine_device` is where engines receive ("cuda" = their current GPU).
+    the first push. `engine_device` is where engines receive: "cuda" (their current GPU), "cpu",
+    or "auto" (each engine's GPU if its process has one, else the CPU: what a session uses).
     """
 
     def __init__(
@@ -111,7 +115,7 @@ class BroadcastWeightSync:
         bucket_size_bytes: int = 64 * 1024 * 1024,
         backend: str = "nccl",
         timeout_s: float = 600.0,
-        engine_device: str = "cuda",
+        engine_device: str = "auto",
         wait_timeout_s: float | None = None,
     ) -> None:
         """`timeout_s`: the group's rendezvous and collectives; `wait_timeout_s`: the longest
@@ -163,7 +167,14 @@ class BroadcastWeightSync:
                 for rank, engine in enumerate(self._engines, start=1)
             ),
         ]
-        wait_all(futures, self._wait_timeout_s, waiting_for="joining the weight broadcast group")
+        # Members of one collective: a member's failure is raised at once, since the others
+        # would wait for it until learner.weight_sync.broadcast_timeout_s.
+        wait_all(
+            futures,
+            self._wait_timeout_s,
+            waiting_for="joining the weight broadcast group",
+            fail_fast=True,
+        )
         return group_name
 
     def push(self, learners: LearnerGroup) -> WeightSyncReport:
@@ -179,10 +190,14 @@ class BroadcastWeightSync:
             call_on_engine(engine, receive_broadcast, self._group_name, version, layouts)
             for engine in self._engines
         ]
-        wait_all(
-            learners.all_ranks_submit(Learner.broadcast_weights, layouts), self._wait_timeout_s
+        learner_futures = learners.all_ranks_submit(Learner.broadcast_weights, layouts)
+        results = wait_all(
+            [*engine_futures, *learner_futures],
+            self._wait_timeout_s,
+            waiting_for="a weight broadcast",
+            fail_fast=True,  # as when joining
         )
-        versions = wait_all(engine_futures, self._wait_timeout_s)
+        versions = results[: len(engine_futures)]
         if any(v != version for v in versions):
             raise RuntimeError(f"engines report weight versions {versions} after loading {version}")
         done = time.perf_counter()

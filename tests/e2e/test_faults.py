@@ -30,7 +30,6 @@ from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs
 from adarl.cluster import blocking_proxy, ensure_ray, spawn_actor
 from adarl.config.allocator import AllocatorConfig
-from adarl.driver import RolloutPhase, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reaper import REAPER_TOKEN_ENV, marked_processes
 from adarl.reward.exact import ExactMatchVerifier
@@ -38,6 +37,7 @@ from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.pool import RolloutPool
+from adarl.rollout_phase import PhaseParts, RolloutPhase, collect_groups
 from adarl.tasks.source import PromptSource
 from adarl.types import GenerationRequest, GenerationResult, SamplingParams, TaskExample
 from adarl.weight_sync.base import call_on_engine, load_buckets
@@ -236,11 +236,13 @@ def run_step(pool: RolloutPool, *, step: int, kill_slot: int | None) -> RolloutP
         phase = collect_groups(
             step,
             prompts.next_batch(8),
-            allocator=allocator,
-            rollout=pool,
-            rewards=rewards,
-            prompts=prompts,
-            codec=codec,
+            PhaseParts(
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=prompts,
+                codec=codec,
+            ),
         )
         if killer is not None:
             killer.join(timeout=60)

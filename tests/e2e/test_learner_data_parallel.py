@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from adarl.cluster import ensure_ray
+from adarl.config.learner import PolicyLossConfig
 from adarl.config.model import TinyModelConfig
-from adarl.learner import LearnerGroup, PolicyLossSettings
+from adarl.learner import LearnerGroup
 from adarl.learner.batching import plan_micro_batches, sequence_lengths, shard_batch
 from adarl.learner.synthetic import synthetic_train_batch
 from adarl.models.tiny import build_tiny_qwen2
@@ -30,7 +31,7 @@ SETTINGS = {
     "adam_eps": 1e-3,
     "max_grad_norm": 1.0,
     "max_tokens_per_micro_batch": MAX_TOKENS,
-    "loss": PolicyLossSettings(aggregation="sequence_mean", dual_clip=3.0),
+    "loss": PolicyLossConfig(aggregation="sequence_mean", dual_clip=3.0),
 }
 
 

@@ -21,9 +21,10 @@ from transformers import AutoModelForCausalLM
 
 from adarl.cluster import ensure_ray, spawn_actor
 from adarl.config import AdarlConfig
+from adarl.config.learner import PolicyLossConfig
 from adarl.config.model import TinyModelConfig
 from adarl.export import write_model
-from adarl.learner import LearnerGroup, PolicyLossSettings
+from adarl.learner import LearnerGroup
 from adarl.models.loading import load_tokenizer
 from adarl.models.tiny import build_tiny_qwen2
 from adarl.models.tokenizer import build_char_tokenizer
@@ -98,7 +99,7 @@ def test_export_loads_in_transformers_and_vllm_with_the_learners_greedy_outputs(
         model_path=str(tmp_path / "initial"),
         zero_stage=2,
         learning_rate=1e-2,
-        loss=PolicyLossSettings(ratio_reference="learner"),
+        loss=PolicyLossConfig(ratio_reference="learner"),
     )
     try:
         batch = _trained_batch()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from adarl.evaluation import EvalKind
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.models.tiny import read_build_info
 from adarl.reward.registry import build_verifier
@@ -124,7 +125,7 @@ def test_a_jsonl_task_with_its_own_fields_learns_from_the_embedded_default(
         test = list(session.evaluator.examples) if session.evaluator is not None else []
         base = session.base_eval
         # The run's final evaluation again: the same seeds and weights give the same draws.
-        final = session.evaluate(step=summary.steps, final=True)
+        final = session.evaluate(step=summary.steps, kind=EvalKind.FINAL)
     assert base is not None and final is not None
     assert final.accuracy == pytest.approx(summary.final_accuracy)
     constant = best_constant_answer(train, test, build_verifier("exact_match"))

@@ -161,7 +161,7 @@ def _stream_member(rank: int, port: int, backend: str, model_dir: str, out_dir: 
     HF engine on its GPU and saves what the engine holds."""
     from safetensors.torch import load_file
 
-    from adarl.learner.learner import WeightInfo
+    from adarl.learner.weights import WeightInfo
     from adarl.rollout.hf_engine import HFEngine
     from adarl.weight_sync.broadcast import join_broadcast_group, receive_broadcast
     from adarl.weight_transport import WeightBroadcastSender, create_broadcast_group, plan_buckets

@@ -1,5 +1,5 @@
 """Ada-Est and GVM live: the real allocator and samplers, the scripted fake engine, and the
-driver's own rollout phase (`adarl.driver.collect_groups`, through `FakeWorld.run_step`)."""
+driver's own rollout phase (`adarl.rollout_phase.collect_groups`, through `FakeWorld.run_step`)."""
 
 from __future__ import annotations
 

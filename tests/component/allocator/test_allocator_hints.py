@@ -19,7 +19,6 @@ from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import is_mixed
 from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
-from adarl.driver import collect_groups
 from adarl.evaluation import Evaluator
 from adarl.hints import CollapseRule, HintGenerator, HintRequest, SageSchedule
 from adarl.hints.schedule import SageLightSchedule
@@ -29,6 +28,7 @@ from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
+from adarl.rollout_phase import PhaseParts, collect_groups
 from adarl.tasks.arithmetic import make_example
 from adarl.types import Completion, GenerationRequest, SamplingParams, TaskExample
 
@@ -105,13 +105,15 @@ class HintWorld:
             phase = collect_groups(
                 step,
                 self.examples,
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=_NoRefill(),
-                codec=self.codec,
-                hints=generator,
-                clock=pool.now,
+                PhaseParts(
+                    allocator=allocator,
+                    rollout=pool,
+                    rewards=rewards,
+                    prompts=_NoRefill(),
+                    codec=self.codec,
+                    hints=generator,
+                    clock=pool.now,
+                ),
             )
         return phase, pool.sent
 

@@ -15,10 +15,11 @@ import pytest
 
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs, build_sampler
-from adarl.bench.sampler import StepsOutcome, fake_world, run_steps, sampler_configs
+from adarl.bench.sampler import StepsOutcome, run_steps, sampler_configs
+from adarl.bench.sampler_world import fake_world
 from adarl.config.allocator import AllocatorConfig, SequentialConfig
-from adarl.driver import RolloutPhase
 from adarl.rollout.simulated import LatencyModel
+from adarl.rollout_phase import RolloutPhase
 
 PROMPTS, STEPS = 48, 4
 LATENCY = LatencyModel(engines=2, slots=64)
@@ -156,10 +157,10 @@ def test_discarding_the_open_steps_waits_for_their_requests_and_closes_them() ->
     """At a run's end on its rollout budget (`Driver.end_stream`): the steps still sampling are
     drained and dropped, counted, and the allocator can be checkpointed again."""
     from adarl.bench.bandit import NoPrompts
-    from adarl.driver import RolloutStream
     from adarl.reward.exact import ExactMatchVerifier
     from adarl.reward.pool import RewardPool
     from adarl.rollout.simulated import SimulatedRolloutPool
+    from adarl.rollout_phase import PhaseParts, RolloutStream
 
     config = sampler_configs(prompts=PROMPTS, uniform_n=8, overshoot=0.03)["streaming"]
     world = fake_world(PROMPTS * 3, seed=5)
@@ -170,12 +171,14 @@ def test_discarding_the_open_steps_waits_for_their_requests_and_closes_them() ->
     allocator = _allocator(config, max_open_steps=2)
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=1) as rewards:
         stream = RolloutStream(
-            allocator=allocator,
-            rollout=pool,
-            rewards=rewards,
-            prompts=NoPrompts(),
-            codec=world.codec,
-            clock=pool.now,
+            PhaseParts(
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=NoPrompts(),
+                codec=world.codec,
+                clock=pool.now,
+            )
         )
         stream.open_step(0, batches[0])
         stream.open_step(1, batches[1])

@@ -29,7 +29,6 @@ from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.allocator.variance_filter import VarianceFilter
 from adarl.config.allocator import AllocatorConfig, GroupConfig
-from adarl.driver import RolloutPhase, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.arithmetic_reflection import RESTATEMENT_SUFFIX, ArithmeticRestatement
 from adarl.reward.exact import ExactMatchVerifier
@@ -38,6 +37,7 @@ from adarl.reward.r3 import R3PoolReward
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt, wrong_answers
 from adarl.rollout.simulated import LatencyModel, SimulatedRolloutPool
+from adarl.rollout_phase import PhaseParts, RolloutPhase, collect_groups
 from adarl.types import GenerationRequest, SamplingParams, TaskExample
 
 Q = 0.81
@@ -112,13 +112,15 @@ class World:
             phase = collect_groups(
                 step,
                 [self.examples[i] for i in ids],
-                allocator=allocator,
-                rollout=Tracing(),
-                rewards=rewards,
-                prompts=Source(),
-                codec=self.codec,
-                pool_reward=stage,
-                clock=pool.now,
+                PhaseParts(
+                    allocator=allocator,
+                    rollout=Tracing(),
+                    rewards=rewards,
+                    prompts=Source(),
+                    codec=self.codec,
+                    pool_reward=stage,
+                    clock=pool.now,
+                ),
             )
         return phase, pool
 

@@ -7,19 +7,6 @@ from pathlib import Path
 import pytest
 
 from adarl.bench.__main__ import main as bench_main
-from adarl.bench.memory import replace_section
-
-SECTION = "## Learner memory\n\nnew\n"
-
-
-def test_only_the_memory_section_is_replaced() -> None:
-    document = "# B\n\n## Learner\n\nl\n\n## Learner memory\n\nold\n\n## Rollout\n\nr\n"
-    assert replace_section(document, SECTION) == (
-        "# B\n\n## Learner\n\nl\n\n## Learner memory\n\nnew\n\n## Rollout\n\nr\n"
-    )
-    assert replace_section("# B\n\n## Learner\n\nl\n", SECTION) == (
-        "# B\n\n## Learner\n\nl\n\n## Learner memory\n\nnew\n"
-    )
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from adarl.algo.loss import policy_loss
-from adarl.learner import LearnerGroup, PolicyLossSettings
+from adarl.config.learner import PolicyLossConfig
+from adarl.learner import LearnerGroup
 from adarl.learner.batching import BatchCounts
 from adarl.learner.learner import Learner
 from adarl.learner.synthetic import with_behaviour_logprobs
@@ -62,7 +63,7 @@ def comparable(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _plain_reference_steps(
-    model_dir: str, batches: list[TrainBatch], loss: PolicyLossSettings
+    model_dir: str, batches: list[TrainBatch], loss: PolicyLossConfig
 ) -> tuple[list[float], dict[str, torch.Tensor]]:
     """(pre-clip gradient norm per step, final weights) of the textbook implementation."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -106,7 +107,7 @@ def test_steps_equal_plain_pytorch_on_one_big_batch(
     chunk_tokens: int,
     checkpointing: bool,
 ) -> None:
-    loss = PolicyLossSettings(aggregation=aggregation, clip_low=0.2, clip_high=0.28)  # type: ignore[arg-type]
+    loss = PolicyLossConfig(aggregation=aggregation, clip_low=0.2, clip_high=0.28)
     batches = [small_batch(seed) for seed in range(3)]
     expected_norms, expected_weights = _plain_reference_steps(tiny_policy_dir, batches, loss)
     group = LearnerGroup(
@@ -152,7 +153,7 @@ def test_bf16_zero3_with_reference_model(tiny_policy_dir: str) -> None:
         zero_stage=3,
         precision="bf16",
         learning_rate=1e-2,
-        loss=PolicyLossSettings(kl_coef=0.1, entropy_coef=0.01),
+        loss=PolicyLossConfig(kl_coef=0.1, entropy_coef=0.01),
     )
     try:
         initial = group.get_weights()
@@ -186,7 +187,7 @@ def test_temperature_applies_to_policy_reference_and_entropy(tiny_policy_dir: st
         zero_stage=1,
         learning_rate=LR,
         temperature=temperature,
-        loss=PolicyLossSettings(kl_coef=0.1, entropy_coef=0.01),
+        loss=PolicyLossConfig(kl_coef=0.1, entropy_coef=0.01),
     )
     try:
         scores = group.score(batch)
@@ -247,7 +248,7 @@ def group(tiny_policy_dir: str) -> Iterator[LearnerGroup]:
         learning_rate=LR,
         lr_warmup_steps=3,
         max_tokens_per_micro_batch=48,
-        loss=PolicyLossSettings(kl_coef=0.1, kl_estimator="k3", entropy_coef=0.01),
+        loss=PolicyLossConfig(kl_coef=0.1, kl_estimator="k3", entropy_coef=0.01),
         logprob_chunk_tokens=4,  # many chunks per micro-batch, one that does not divide
         activation_checkpointing=True,
     )

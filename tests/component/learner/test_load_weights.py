@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from adarl.learner import LearnerGroup, PolicyLossSettings
+from adarl.config.learner import PolicyLossConfig
+from adarl.learner import LearnerGroup
 
 from .conftest import small_batch
 
@@ -23,7 +24,7 @@ def _group(path: str, zero_stage: int, precision: str) -> LearnerGroup:
         zero_stage=zero_stage,
         precision=precision,
         learning_rate=1e-2,  # steps large enough to move every weight away from the initial ones
-        loss=PolicyLossSettings(ratio_reference="learner"),
+        loss=PolicyLossConfig(ratio_reference="learner"),
     )
 
 

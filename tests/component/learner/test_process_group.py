@@ -10,7 +10,7 @@ import pytest
 import torch.distributed as dist
 
 from adarl.learner import LearnerGroup
-from adarl.learner.learner import free_port
+from adarl.learner.process_group import free_port
 
 from .conftest import small_batch
 

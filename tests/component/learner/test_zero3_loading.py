@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from adarl.learner import LearnerGroup
-from adarl.learner.learner import checkpoint_files
+from adarl.learner.loading import checkpoint_files
 from adarl.models.tokenizer import build_char_tokenizer
 
 from .conftest import save_tiny_policy, small_batch
@@ -121,7 +121,7 @@ def test_three_ranks_each_read_their_own_share(tmp_path: Path) -> None:
     about a third of every parameter, and together they hold exactly the checkpoint."""
     import torch.multiprocessing as mp
 
-    from adarl.learner.learner import free_port
+    from adarl.learner.process_group import free_port
 
     path = save_tiny_policy(tmp_path / "policy")
     mp.spawn(_rank, args=(3, free_port(), path, str(tmp_path)), nprocs=3, join=True)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from adarl.bench import rollout as rollout_bench
 from adarl.bench.__main__ import BENCHMARKS
 from adarl.bench.__main__ import main as bench_main
 from adarl.config.model import TinyModelConfig
@@ -42,13 +41,6 @@ def test_rollout_bench_writes_its_section_and_keeps_the_others(
     assert "| hf | 1 × 8 |" in rollout and "| hf | 4 × 8 |" in rollout
     assert "Arithmetic test split (16 prompts), 4 samples per prompt" in rollout
     assert f"{tiny_model_config.sft_steps} SFT steps" in rollout
-
-
-def test_replace_section_appends_when_absent(tmp_path: Path) -> None:
-    docs = tmp_path / "b.md"
-    docs.write_text("# Benchmarks\n\n## Learner\n\nx\n")
-    rollout_bench.replace_section(docs, "## Rollout", "## Rollout\n\nnew\n")
-    assert docs.read_text() == "# Benchmarks\n\n## Learner\n\nx\n\n## Rollout\n\nnew\n"
 
 
 def test_dispatcher_lists_and_rejects(capsys: pytest.CaptureFixture[str]) -> None:

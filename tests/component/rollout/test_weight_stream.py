@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 
-from adarl.learner.learner import WeightInfo, free_port
+from adarl.learner.process_group import free_port
+from adarl.learner.weights import WeightInfo
 from adarl.rollout.hf_engine import HFEngine
 from adarl.weight_sync.broadcast import _RECEIVERS, join_broadcast_group, receive_broadcast
 from adarl.weight_transport import (

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from adarl.bench.sampler import PassRateMix
+from adarl.bench.sampler_world import PassRateMix
 from adarl.rollout.simulated import ContinuousBatchingSimulator, LatencyModel
 
 
@@ -87,25 +87,8 @@ def test_pass_rate_mix_shares() -> None:
     assert draws.count(1.0) / len(draws) == pytest.approx(0.15, abs=0.01)
 
 
-def test_write_docs_replaces_only_the_sampler_section(tmp_path) -> None:
-    from adarl.bench.sampler import write_docs_section
-
-    path = tmp_path / "benchmarks.md"
-    path.write_text(
-        "# Benchmarks\n\n## Rollout\n\nkeep me\n\n## Sampler\n\nold\n\n## Learner\n\nme too\n"
-    )
-    write_docs_section(path, "## Sampler\n\nnew\n")
-    text = path.read_text()
-    assert "old" not in text and "new" in text
-    assert text.index("## Rollout") < text.index("## Sampler") < text.index("## Learner")
-    assert "keep me" in text and "me too" in text
-    fresh = tmp_path / "fresh.md"
-    write_docs_section(fresh, "## Sampler\n\nnew\n")
-    assert fresh.read_text().startswith("# Benchmarks\n\n## Sampler")
-
-
 def test_benchmark_cli_runs_small(tmp_path, capsys) -> None:
-    from adarl.bench.sampler import main
+    from adarl.bench.sampler_cli import main
 
     out = tmp_path / "b.md"
     args = ["--prompts", "12", "--steps", "1", "--sweep-engines", "--front", "0", "0.05"]

@@ -1,6 +1,6 @@
 """The pure parts of `python -m adarl.bench learning`'s report, on synthetic runs: curve
 interpolation, mean ± spread, rollouts to reach a target, the tie rule, per-run extraction from a
-metrics.jsonl, the tables, the docs-section writer and `--report-only`."""
+metrics.jsonl, the tables and `--report-only`."""
 
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from adarl.bench.learning_report import (
     headline_table,
     losses_explained,
     overhead_share,
-    write_docs_section,
 )
 
 from ._runs import write_run
@@ -266,23 +265,7 @@ def test_overhead_share_is_step_time_outside_the_workloads() -> None:
         overhead_share({"rollout_wait": 1.0})
 
 
-# -- the docs section and --report-only ------------------------------------------------------------
-
-
-def test_write_docs_section_replaces_only_its_own_section(tmp_path: Path) -> None:
-    docs = tmp_path / "benchmarks.md"
-    before, after = "# Benchmarks\n\n## Learner\n\nkeep 1\n", "## Rollout\n\nkeep 2\n"
-    docs.write_text(before + "\n## Learning\n\nold text\n### sub\nold\n\n" + after)
-    write_docs_section(docs, "## Learning", "## Learning\n\nnew text\n")
-    assert docs.read_text() == before + "\n## Learning\n\nnew text\n\n" + after
-    # Missing: appended at the end, the rest unchanged.
-    write_docs_section(docs, "## Overhead", "## Overhead\n\nx\n")
-    assert docs.read_text().endswith(after + "\n## Overhead\n\nx\n")
-    assert docs.read_text().startswith(before)
-    with pytest.raises(ValueError, match="level-2 heading"):
-        write_docs_section(docs, "Learning", "Learning\n")
-    with pytest.raises(ValueError, match="must start with its heading"):
-        write_docs_section(docs, "## Learning", "no heading\n")
+# -- --report-only ---------------------------------------------------------------------------------
 
 
 def test_report_only_redraws_the_section_and_plots_from_the_json(tmp_path: Path) -> None:
@@ -321,6 +304,39 @@ def test_report_only_redraws_the_section_and_plots_from_the_json(tmp_path: Path)
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"](figures/learning_{name}.png)" in text
     assert [r.to_json() for r in ReportData.load(data_path).runs] == [r.to_json() for r in runs]
+
+
+def test_report_only_needs_no_arm_of_arms(tmp_path: Path) -> None:
+    """A closed study's arms leave ARMS while its JSON stays in docs/data: the report is drawn
+    from the labels and experiments the JSON records, never from ARMS."""
+    closed = (("sb_closed_grpo", "grpo", 0.02), ("sb_closed_candidate", "ada_seq_balance", 0.03))
+    assert not {label for label, _, _ in closed} & {arm.label for arm in learning.ARMS}
+    runs = [
+        load_run(
+            write_run(
+                tmp_path / arm / "seed0",
+                rollouts_per_step=100,
+                accuracy_at_step={s: 0.1 + rate * s for s in (0, 5, 10)},
+                steps=10,
+            ),
+            arm=arm,
+            experiment=experiment,
+            seed=0,
+        )
+        for arm, experiment, rate in closed
+    ]
+    data = ReportData(
+        setting={**learning.REDUCED.__dict__, "arms": [label for label, _, _ in closed]},
+        command="python -m adarl.bench learning --seeds 1 --arms sb_closed_grpo ...",
+        runs=runs,
+    )
+    data_path, docs = tmp_path / "learning.json", tmp_path / "docs" / "benchmarks.md"
+    data.save(data_path)
+    argv = ["--report-only", "--data", str(data_path), "--docs", str(docs)]
+    assert learning.main([*argv, "--figures-dir", str(tmp_path / "docs" / "figures")]) == 0
+    text = docs.read_text()
+    assert "| **sb_closed_grpo** (GRPO-best) | 1 |" in text
+    assert "| sb_closed_candidate | 1 |" in text
 
 
 def test_the_hints_table_reports_per_step_shares_and_rescues() -> None:

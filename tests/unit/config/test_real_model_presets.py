@@ -53,6 +53,8 @@ def test_preset_has_the_documented_recipe(preset: str) -> None:
     assert learner.learning_rate == 1e-6 and learner.lr_warmup_steps == 10
     assert (learner.loss.clip_low, learner.loss.clip_high) == (0.2, 0.28)
     assert learner.loss.aggregation == "token_mean" and learner.loss.kl_coef == 0.0
+    # verl's old log-probs: the learner's own, not the bf16 engines' (up to 0.081 apart)
+    assert learner.loss.ratio_reference == "learner" and learner.loss.tis_cap is None
     assert learner.activation_checkpointing and learner.zero_stage == 3
     assert (learner.weight_sync.method, learner.weight_sync.broadcast_backend) == (
         "broadcast",
@@ -63,6 +65,12 @@ def test_preset_has_the_documented_recipe(preset: str) -> None:
     assert (task.source, task.verifier, task.chat_template) == ("jsonl", "math", True)
     assert "\\boxed{}" in (task.system_prompt or "") and "\\boxed{}" in task.instruction_suffix
     assert config.trainer.total_steps == 400
+    # Evaluations a user would run, not the whole test set at 64 samples before step 1 (320k
+    # responses of 2,048 tokens on MATH): 500 prompts, greedy, and 8 samples at the ends.
+    evaluation = config.eval
+    assert (evaluation.num_prompts, evaluation.every_steps) == (500, 50)
+    assert (evaluation.samples_per_prompt, evaluation.greedy) == (1, True)
+    assert evaluation.final_samples_per_prompt == 8
     assert config.cluster.gpus_per_engine == 1 and config.cluster.gpus_per_learner == 1
     assert config.faults.engine_failure == "fail"  # broadcast groups cannot take a restart
 

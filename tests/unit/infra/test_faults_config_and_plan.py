@@ -4,6 +4,7 @@ actor on a node, spreading them, or says which keys to change (adarl/cluster.py)
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future
 
 import pytest
 
@@ -111,8 +112,6 @@ def test_one_anonymous_node_places_without_pinning() -> None:
 
 
 def test_a_bounded_wait_names_what_it_waited_for_and_the_key() -> None:
-    from concurrent.futures import Future
-
     pending: Future[int] = Future()
     with pytest.raises(
         TimeoutError, match=r"the thing: 1 of 1 calls did not finish within 0\.01 s \(x\.y_s\)"
@@ -121,6 +120,20 @@ def test_a_bounded_wait_names_what_it_waited_for_and_the_key() -> None:
     done: Future[int] = Future()
     done.set_result(3)
     assert results_within([done], 0.01, waiting_for="the thing", key="x.y_s") == [3]
+
+
+def test_fail_fast_raises_a_members_failure_while_others_still_wait() -> None:
+    # One member of a collective failed; another will never finish (it waits in the collective):
+    # by default the wait lasts the timeout, with fail_fast the failure is raised at once.
+    stuck: Future[int] = Future()
+    failed: Future[int] = Future()
+    failed.set_exception(ValueError("no CUDA here"))
+    with pytest.raises(TimeoutError, match="1 of 2 calls did not finish"):
+        results_within([failed, stuck], 0.05, waiting_for="a broadcast", key="x.y_s")
+    with pytest.raises(ValueError, match="no CUDA here"):
+        results_within(
+            [stuck, failed], 60.0, waiting_for="a broadcast", key="x.y_s", fail_fast=True
+        )
 
 
 def test_an_allocator_in_the_driver_reserves_no_actor_cpus() -> None:
