@@ -202,7 +202,8 @@ class TrainingSession:
         self.rewards = build_reward_pool(config.reward, [config.task.verifier_name])
         self._closers.append(self.rewards.close)
 
-        kwargs = allocator_kwargs(config.allocator)
+        allocator_plan = config.allocator.plan()  # validated once, its counts resolved once
+        kwargs = allocator_kwargs(allocator_plan)
         # SAGE: the allocator declares collapse and re-rolls on (x, h); None when hints are off.
         kwargs["hints"] = build_hint_stage(
             config.hints, positive_threshold=config.allocator.positive_threshold
@@ -212,7 +213,7 @@ class TrainingSession:
         if config.rollout.cross_step_allocation:  # steps t..t+k open at once
             kwargs["max_open_steps"] = config.rollout.max_off_policy_steps + 1
         self.objective = declare_objective(
-            config.allocator, hint_schedule=config.hints.schedule, reward=config.dro.reward
+            allocator_plan, hint_schedule=config.hints.schedule, reward=config.dro.reward
         )
         log.info("%s", self.objective.console())
         if cluster.in_process or cluster.allocator_in_driver:

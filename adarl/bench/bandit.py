@@ -148,6 +148,7 @@ class WeightCheck:
 
 def implied_weight_of(config: AllocatorConfig, p: float) -> float:
     group, seq = config.group, config.sequential
+    plan = config.plan()
     if config.sampler in ("seq_pos", "seq_balance"):
         rounds = seq.mode == "rounds"
         kwargs = (
@@ -169,22 +170,20 @@ def implied_weight_of(config: AllocatorConfig, p: float) -> float:
             implied_weight(
                 p,
                 estimator=config.sampler,
-                group_size=group.group_size or config.samples_per_prompt,
+                group_size=group.group_size or plan.pool_weight,
                 whole_pool=group.group_size is None,
                 correction=group.correction,
                 objective=group.objective,
                 alpha=group.objective_alpha,
                 objective_k=group.objective_k,
                 pass_rate_estimate=group.pass_rate_estimate,
-                max_samples=seq.round_repeat * seq.max_rounds
-                if rounds
-                else config.max_samples_per_prompt,
+                max_samples=plan.max_samples_per_prompt,
                 unresolved_policy=group.unresolved_policy,
                 clip_delta=group.clip_delta,
                 **kwargs,
             )
         )
-    n = config.samples_per_prompt if group.group_size is None else group.group_size
+    n = plan.planned_samples_per_prompt if group.group_size is None else group.group_size
     return uniform_weight(config, p, n)
 
 
@@ -197,10 +196,8 @@ def uniform_weight(config: AllocatorConfig, p: float, n: int) -> float:
             p,
             estimator=group.advantage,
             group_size=n,
-            raft_normalization=group.raft_normalization,
             objective_k=group.objective_k,
-            focal_gamma=group.focal_gamma,
-            pkpo_baseline=group.pkpo_baseline,
+            options=config.advantage_options(),
         )
     )
 
@@ -246,7 +243,7 @@ def measure(
     behaviour = behaviour or {}
     engine = BanditEngine()
     codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
-    group_size = config.group.group_size or config.samples_per_prompt
+    group_size = config.group.group_size or config.plan().pool_weight
     per_rate = len(pass_rates) * prompts_per_rate
     config = AllocatorConfig(**{**config.__dict__, "prompts_per_step": per_rate, "seed": seed})
     allocator = build_allocator(config)
@@ -408,14 +405,14 @@ def _trial_weight(
     if group is None:
         return 0.0
     n = len(group.rollouts)
-    mean_n = config.samples_per_prompt
+    mean_n = config.mean_samples_per_prompt
     advantage = config.group.advantage
     if advantage == "raft":
         estimate = sampler.pass_rate_estimate(group.prompt_id)
         return 1.0 / estimate
     estimator = "ada_est" if advantage == "ada_est" else "grpo"
-    eps = {"ada_est_eps": config.estimation.epsilon} if estimator == "ada_est" else {}
-    return n / mean_n * float(implied_weight(p, estimator=estimator, group_size=n, **eps))
+    options = config.advantage_options()  # Ada-Est's ε: allocator.estimation.epsilon
+    return n / mean_n * float(implied_weight(p, estimator=estimator, group_size=n, options=options))
 
 
 @dataclass(frozen=True)

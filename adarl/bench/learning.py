@@ -63,10 +63,10 @@ class Arm:
 # with the command that ran them at the commit that had them, stay in docs/benchmarks.md (e.g.
 # "Coverage: choosing the default").
 ARMS: tuple[Arm, ...] = (
-    Arm("grpo_n2", "grpo", ("allocator.samples_per_prompt=2",)),
-    Arm("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
-    Arm("grpo_n8", "grpo", ("allocator.samples_per_prompt=8",)),
-    Arm("grpo_n16", "grpo", ("allocator.samples_per_prompt=16",)),
+    Arm("grpo_n2", "grpo", ("allocator.uniform_samples_per_prompt=2",)),
+    Arm("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
+    Arm("grpo_n8", "grpo", ("allocator.uniform_samples_per_prompt=8",)),
+    Arm("grpo_n16", "grpo", ("allocator.uniform_samples_per_prompt=16",)),
     Arm("dapo", "dapo"),
     Arm("ada_seq_pos", "ada_seq_pos"),
     Arm("ada_seq_balance", "ada_seq_balance"),
@@ -114,7 +114,7 @@ ARMS: tuple[Arm, ...] = (
         )
         for label, experiment, overrides in (
             ("ada_seq_balance", "ada_seq_balance", ()),
-            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+            ("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
         )
         for lag in (1, 2)
     ),
@@ -134,7 +134,7 @@ ARMS: tuple[Arm, ...] = (
         )
         for label, experiment, overrides in (
             ("ada_seq_balance", "ada_seq_balance", ()),
-            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+            ("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
         )
         for lag in (1, 2)
     ),

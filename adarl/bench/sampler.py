@@ -144,13 +144,13 @@ def sampler_configs(
         "uniform_same_rollouts": AllocatorConfig(
             sampler="uniform",
             prompts_per_step=prompts,
-            samples_per_prompt=uniform_n,
+            uniform_samples_per_prompt=uniform_n,
             group=GroupConfig(group_size=4, advantage="grpo"),
         ),
         "uniform_n4": AllocatorConfig(
             sampler="uniform",
             prompts_per_step=prompts,
-            samples_per_prompt=4,
+            uniform_samples_per_prompt=4,
             group=GroupConfig(group_size=4, advantage="grpo"),
         ),
     }
@@ -267,7 +267,7 @@ def run_steps(
         engine=world.engine, latency=latency, is_correct=world.is_correct, seed=seed
     )
     allocator = BudgetAllocator(
-        **{**allocator_kwargs(config), "max_open_steps": ahead + 1 if overlapped else 1}
+        **{**allocator_kwargs(config.plan()), "max_open_steps": ahead + 1 if overlapped else 1}
     )
     opened: set[int] = set()
     phases: list[RolloutPhase] = []

@@ -337,7 +337,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind() -> None:
 
 @pytest.mark.timeout(120)
 def test_a_stuck_allocator_call_times_out_naming_the_key() -> None:
-    handle = spawn_actor(BudgetAllocator, num_cpus=0, **allocator_kwargs(AllocatorConfig()))
+    handle = spawn_actor(BudgetAllocator, num_cpus=0, **allocator_kwargs(AllocatorConfig().plan()))
     ray.get(handle.state_dict.remote())  # up (an actor's start is not the call under test)
     proxy = blocking_proxy(handle, BudgetAllocator, timeout_s=1.0)
     assert proxy.state_dict() is not None  # answers while healthy

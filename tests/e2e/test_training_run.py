@@ -77,7 +77,7 @@ def _launch(run_dir: Path, cache: str, *overrides: str) -> subprocess.CompletedP
         ),
         # The short warm start leaves most prompts at p ≈ 0: 8 samples give GRPO a mixed group.
         # The same pipeline under another experiment: `pytest -m heavy`, outside make test's time.
-        pytest.param("grpo", ["allocator.samples_per_prompt=8"], marks=pytest.mark.heavy),
+        pytest.param("grpo", ["allocator.uniform_samples_per_prompt=8"], marks=pytest.mark.heavy),
     ],
 )
 def test_three_steps_on_ray_with_vllm_and_deepspeed(

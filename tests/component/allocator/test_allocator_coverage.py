@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
+from adarl.algo.advantages import focal_grpo_weight, passk_training_weight
 from adarl.algo.curation import hit_utility, hit_utility_increment
-from adarl.algo.implied import focal_grpo_weight, passk_training_weight
 from adarl.allocator import Sampler
 from adarl.allocator.objective import declare_objective
 from adarl.allocator.samplers.knapsack import KnapsackSampler
@@ -74,7 +74,7 @@ CLOSED_FORMS = {
 @pytest.mark.parametrize("experiment", list(CLOSED_FORMS))
 def test_uniform_coverage_estimators_optimise_their_declared_weight(experiment: str) -> None:
     config = _allocator(f"+experiment={experiment}")
-    declaration = declare_objective(config)
+    declaration = declare_objective(config.plan())
     assert declaration.exact, declaration.statement
     checks = measure(
         config,
@@ -102,7 +102,7 @@ def test_seq_balance_optimises_its_gated_pass_at_k_weight() -> None:
         "allocator.group.objective=pass_at_k",
         "allocator.group.objective_k=8",
     )
-    declaration = declare_objective(config)
+    declaration = declare_objective(config.plan())
     assert not declaration.exact and declaration.statement.startswith("pass@8")
     rates = (0.05, 0.2, 0.35)
     checks = measure(
@@ -192,7 +192,7 @@ def test_hora_spends_grpos_budget_by_its_rule_and_keeps_grpos_objective() -> Non
     assert spreads[0] == 0 and np.mean(spreads[50:]) > 2
     for check in run.checks:
         assert check.drawn_fraction == 1.0 and check.visits >= 850, check
-        w = uniform_weight(config, check.p, config.samples_per_prompt)
+        w = uniform_weight(config, check.p, config.mean_samples_per_prompt)
         scale = w * check.p * np.abs(np.eye(RESPONSES)[0] - policy(check.p)).max()
         assert np.all(check.se_residual <= 0.12 * scale), check  # the test's power
         assert np.all(np.abs(check.mean_residual) <= 3 * check.se_residual), check

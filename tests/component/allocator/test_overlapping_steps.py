@@ -96,7 +96,7 @@ def test_with_history_every_wave_reaches_its_own_step() -> None:
 
 def _allocator(config: AllocatorConfig, *, max_open_steps: int, **extra) -> BudgetAllocator:
     return BudgetAllocator(
-        **{**allocator_kwargs(config), "max_open_steps": max_open_steps, **extra}
+        **{**allocator_kwargs(config.plan()), "max_open_steps": max_open_steps, **extra}
     )
 
 
@@ -147,8 +147,8 @@ def test_the_allocator_refuses_what_cannot_overlap(config: AllocatorConfig, mess
     )
     with pytest.raises(ValueError, match=message):
         BudgetAllocator(
-            sampler=build_sampler(config),
-            group_builder=allocator_kwargs(config)["group_builder"],
+            sampler=build_sampler(config.plan()),
+            group_builder=allocator_kwargs(config.plan())["group_builder"],
             hints=hints,
             max_open_steps=2,
         )

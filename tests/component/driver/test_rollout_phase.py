@@ -79,7 +79,7 @@ def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> N
         AllocatorConfig(
             sampler="uniform",
             prompts_per_step=8,
-            samples_per_prompt=4,
+            uniform_samples_per_prompt=4,
             group=GroupConfig(group_size=None, advantage="grpo"),
         )
     )

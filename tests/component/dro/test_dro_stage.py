@@ -134,7 +134,7 @@ def _allocator(**filter_settings) -> BudgetAllocator:
     allocator = build_allocator(
         AllocatorConfig(
             sampler="uniform",
-            samples_per_prompt=SAMPLES,
+            uniform_samples_per_prompt=SAMPLES,
             prompts_per_step=6,
             group=GroupConfig(group_size=None, advantage="grpo"),
         )
