@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from adarl.allocator.allocator import BudgetAllocator
-from adarl.allocator.build import build_group_builder, build_sampler
+from adarl.allocator.build import build_group_builder
+from adarl.allocator.build import build_sampler as build_planned_sampler
 from adarl.allocator.samplers.base import (
     Draw,
     HintHost,
@@ -30,6 +31,11 @@ from adarl.allocator.samplers.base import (
 from adarl.allocator.variance_filter import VarianceFilter
 from adarl.config.allocator import AllocatorConfig, CurationConfig, SequentialConfig
 from adarl.types import Completion, FinishReason, Rollout, ScoredRollout, TaskExample
+
+
+def build_sampler(config: AllocatorConfig) -> Sampler:
+    return build_planned_sampler(config.plan())
+
 
 CAPABILITIES = {
     "statistics": StatisticsRequester,
@@ -193,7 +199,7 @@ def test_a_sampler_with_the_core_protocol_alone_runs_a_step() -> None:
     group = dataclasses.replace(config.group, group_size=None, pass_rate_estimate="pool")
     allocator = BudgetAllocator(
         sampler=sampler,
-        group_builder=build_group_builder(dataclasses.replace(config, group=group)),
+        group_builder=build_group_builder(dataclasses.replace(config, group=group).plan()),
     )
     examples = [TaskExample(prompt_id=p, prompt=p, answer="1") for p in ("mixed", "wrong")]
     # "mixed" is mixed at once; "wrong" agrees on its first draw, draws again, ends all wrong.
