@@ -10,21 +10,7 @@ mixed-group fraction itself.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from adarl.evaluation.evaluator import EvalResult
-
-
-def warm_start_record(model_dir: str | Path) -> dict[str, Any] | None:
-    """The warm start's record of a built-in tiny model (its build info's `warm_start` entry:
-    held-aside accuracy, the baselines on the same prompts, why it stopped), or None for any
-    other model or a model built before the record existed."""
-    from adarl.models.tiny import read_build_info
-
-    info = read_build_info(model_dir)
-    record = None if info is None else info.get("warm_start")
-    return record if isinstance(record, dict) else None
 
 
 def no_signal_message(
@@ -33,11 +19,13 @@ def no_signal_message(
     groups: int,
     mixed_fraction: float,
     minimum: float,
-    base: EvalResult | None,
+    base: dict[str, Any] | None,
     warm_start: dict[str, Any] | None,
     builtin_model: bool,
 ) -> str:
-    """The stop message: what was measured, then what would help, then how to run anyway."""
+    """The stop message: what was measured, then what would help, then how to run anyway.
+    `base`: the base evaluation's table (`EvalResult.table()`); `warm_start`: the built-in tiny
+    policy's warm-start record (its build info's `warm_start` entry), None for other models."""
     lines = [
         f"no learning signal: {100 * mixed_fraction:.1f}% of the {groups} groups trained in steps "
         f"1-{steps} had both a right and a wrong answer (trainer.min_mixed_group_fraction="
@@ -47,14 +35,17 @@ def no_signal_message(
     if warm_start is not None:
         lines.append("  warm start: " + _warm_start_line(warm_start))
     if base is not None:
-        constant = base.best_constant
-        largest = max(base.ks)
+        passes = base["pass_at_k"]
+        largest = max(passes, key=int)
         line = (
-            f"  base evaluation: held-out pass@1 {100 * base.accuracy:.1f}%, "
-            f"pass@{largest} {100 * base.pass_at_k()[largest]:.1f}%"
+            f"  base evaluation: held-out pass@1 {100 * passes['1']:.1f}%, "
+            f"pass@{largest} {100 * passes[largest]:.1f}%"
         )
+        constant = base.get("best_constant")
         if constant is not None:
-            line += f", best constant answer {constant.answer!r} {100 * constant.accuracy:.1f}%"
+            line += (
+                f", best constant answer {constant['answer']!r} {100 * constant['accuracy']:.1f}%"
+            )
         lines.append(line)
     lines.append("  what would help:")
     if builtin_model:

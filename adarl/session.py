@@ -45,7 +45,8 @@ from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import model_max_positions, policy_tokenizer, resolve_model_config
-from adarl.no_signal import no_signal_message, warm_start_record
+from adarl.models.tiny import read_build_info
+from adarl.no_signal import no_signal_message
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
@@ -491,8 +492,8 @@ class TrainingSession:
             groups=trained,
             mixed_fraction=fraction,
             minimum=trainer.min_mixed_group_fraction,
-            base=self.base_eval,
-            warm_start=warm_start_record(self.model_path),
+            base=None if self.base_eval is None else self.base_eval.table(),
+            warm_start=_warm_start_record(self.model_path),
             builtin_model=self.config.model.is_builtin,
         )
 
@@ -569,3 +570,12 @@ class TrainingSession:
                 closer()
             except Exception:  # teardown must reach every component; the first error is logged
                 log.exception("error while shutting down %s", closer)
+
+
+def _warm_start_record(model_dir: str) -> dict[str, Any] | None:
+    """The warm start's record of a built-in tiny model (its build info's `warm_start` entry:
+    held-aside accuracy, the baselines on the same prompts, why it stopped), or None for any
+    other model or one built before the record existed."""
+    info = read_build_info(model_dir)
+    record = None if info is None else info.get("warm_start")
+    return record if isinstance(record, dict) else None
