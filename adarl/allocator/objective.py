@@ -75,7 +75,9 @@ def _uniform_statement(
     return estimator.implied.describe(spec), exact
 
 
-def _sequential_weights(plan: AllocatorPlan, p: np.ndarray) -> np.ndarray:
+def sequential_implied_weight(plan: AllocatorPlan, p: np.ndarray) -> np.ndarray:  # [P]
+    """The exact implied weight w(p) of a sequential sampler's pooled advantages (the weight the
+    run prints), under its real draw law (`adarl.algo.implied.implied_weight`)."""
     config = plan.config
     seq, group = config.sequential, config.group
     kwargs: dict[str, Any] = {"max_samples": plan.max_samples_per_prompt}
@@ -140,7 +142,7 @@ def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
     group = config.group
     estimator = _uniform_estimator(config)
     if config.sampler in SEQUENTIAL_SAMPLERS and estimator is None:
-        weights = _sequential_weights(plan, p)
+        weights = sequential_implied_weight(plan, p)
         cap = plan.max_samples_per_prompt
         if group.correction == "selection":
             declared = get_objective(
@@ -148,6 +150,7 @@ def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
             )
             gate = weights / np.asarray(declared.w(p))
             name = declared.text
+            _refuse_a_different_objective(plan, name, labels, weights, np.asarray(declared.w(p)))
             if group.objective == "logit" and config.sampler == "seq_balance":
                 closed = logit_gate(p, max_samples=cap)
                 closed_text = f"1 - p^{cap} - (1 - p)^{cap}"
@@ -224,6 +227,53 @@ def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
         )
     text = group.advantage if estimator is None else estimator.implied.describe(spec)
     return ObjectiveDeclaration(statement=f"{text} (sampler {config.sampler!r})", exact=False)
+
+
+# A gate removes weight (it is the chance that the cap leaves a kept group its signal): the exact
+# weight may exceed f'(p) by round-off only. A weight flat within FLAT across p where f' varies
+# more than 1.5-fold is the linear objective, whatever the declared name.
+GATE_TOLERANCE = 1e-6
+FLAT = 1.1
+
+
+def _refuse_a_different_objective(
+    plan: AllocatorPlan,
+    name: str,
+    labels: list[str],
+    weights: np.ndarray,  # [P] the exact implied weight by p
+    declared: np.ndarray,  # [P] f'(p)
+) -> None:
+    """Refuse a selection-corrected configuration whose exact weight by p is not the declared
+    objective's f'(p) times a gate: a gate only removes weight, so a weight above f' anywhere,
+    or a weight flat in p where f' is not (the linear objective under another name), prints one
+    objective and optimises another. E.g. pass@k's, arcsin's or power's correction after the
+    default's draw, whose unbiased pass-rate estimate takes only the values 0, ½ and 1 (flat),
+    and pass@k's after Seq-Balance(2, 2), whose nonlinear correction the estimate biases upward
+    at high p. Computed from the weights the run prints, for any objective, sampler and estimate."""
+    gate = weights / declared
+    flat = weights.max() <= FLAT * weights.min() and declared.max() > 1.5 * declared.min()
+    if not flat and gate.max() <= 1 + GATE_TOLERANCE:
+        return
+    config = plan.config
+    group = config.group
+    by_p = ", ".join(f"{x}: {w:.3g}" for x, w in zip(labels, weights, strict=True))
+    worst = labels[int(np.argmax(gate))]
+    shape = (
+        "flat in p: the linear objective p under another name"
+        if flat
+        else f"above {name}'s weight (at p = {worst}, {gate.max():.3g} times it), which a gate "
+        "cannot be"
+    )
+    raise ValueError(
+        f"allocator.group.objective={group.objective!r} is not what this configuration "
+        f"optimises: with allocator.sampler={config.sampler!r}, its draws (first "
+        f"{config.sequential.initial_samples or 'one round'}, cap {plan.max_samples_per_prompt}) "
+        f"and the {group.pass_rate_estimate!r} pass-rate estimate, the selection correction's "
+        f"exact weight by p is {{{by_p}}}: {shape}. Choose an objective whose correction holds "
+        "here (objective=logit reads no pass-rate estimate; objective=log is linear in it), "
+        "or, for pass@k, uniform groups with its unbiased estimator (allocator.sampler=uniform "
+        "allocator.group.advantage=pkpo)"
+    )
 
 
 def _curation_clause(config: AllocatorConfig) -> str:
