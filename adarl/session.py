@@ -252,6 +252,7 @@ class TrainingSession:
             gpus_per_learner=cluster.gpus_per_learner,
             faults=faults,
             scheduling=scheduling("learner"),
+            rehearsal=config.allocator.rehearsal.enabled,  # its term needs the reference
         )
         self._closers.append(self.learners.shutdown)
         self.weight_sync = build_weight_sync(
