@@ -214,7 +214,10 @@ class TrainingSession:
         if config.rollout.cross_step_allocation:  # steps t..t+k open at once
             kwargs["max_open_steps"] = config.rollout.max_off_policy_steps + 1
         self.objective = declare_objective(
-            allocator_plan, hint_schedule=config.hints.schedule, reward=config.dro.reward
+            allocator_plan,
+            hint_schedule=config.hints.schedule,
+            reward=config.dro.reward,
+            learner=config.learner,
         )
         log.info("%s", self.objective.console())
         if cluster.in_process or cluster.allocator_in_driver:
