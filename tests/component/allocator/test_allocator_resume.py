@@ -13,6 +13,7 @@ from adarl.config.allocator import (
     AllocatorConfig,
     CurationConfig,
     GroupConfig,
+    RehearsalConfig,
     SequentialConfig,
 )
 
@@ -57,6 +58,15 @@ CONFIGS = {
         max_samples_per_prompt=12,
         group=GroupConfig(group_size=None, advantage="grpo"),
         curation=CurationConfig(candidates_per_step=24, explore_fraction=0.1),
+    ),
+    # DPH-RL's rehearsal store (issue 38): D_pef, the prompts it holds out of each step and the
+    # cycle of its rows, all of which must come back from the state.
+    "uniform_rehearsal": AllocatorConfig(
+        sampler="uniform",
+        uniform_samples_per_prompt=8,
+        prompts_per_step=18,
+        group=GroupConfig(group_size=None, advantage="grpo"),
+        rehearsal=RehearsalConfig(enabled=True, per_step=4),
     ),
     "knapsack_rl": AllocatorConfig(
         sampler="knapsack",
@@ -113,4 +123,5 @@ def test_restored_allocator_continues_exactly(name: str, interrupt_at: tuple[int
     for (ref_requests, ref_result), (requests, result) in zip(reference, resumed, strict=True):
         assert requests == ref_requests
         assert result.groups == ref_result.groups
+        assert result.rehearsal == ref_result.rehearsal
         assert deterministic_metrics(result.metrics) == deterministic_metrics(ref_result.metrics)
