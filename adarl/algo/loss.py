@@ -182,6 +182,7 @@ def policy_loss(
     simko_negative_scale: float = 1.1,
     rehearsal: torch.Tensor | None = None,  # [B] bool: rows trained only by the rehearsal term
     rehearsal_coef: float = 0.0,
+    sequence_weights: torch.Tensor | None = None,  # [B] what each row counts in the normalisers
     global_num_rehearsal_tokens: float = 0.0,  # the rehearsal rows' response tokens, whole batch
     global_num_rehearsal_sequences: float = 0.0,  # the rehearsal rows, whole batch
 ) -> PolicyLossOutput:
@@ -239,10 +240,19 @@ def policy_loss(
     global_num_sequences = global_num_sequences if global_num_sequences > 0 else 1.0
     zeros = torch.zeros_like(logprobs)
     advantages = torch.where(mask, advantages.to(logprobs.dtype), zeros)
+    # A row counts `sequence_weights[b]` in the normalisers (a whole pool of N trains as n
+    # sequences' worth): every per-token term but the policy's (whose advantages the group
+    # builder already scaled by it) is weighted the same, so a KL coefficient, an entropy bonus
+    # or a logged token mean means per token what it means with kept groups.
+    row_weight = (
+        torch.ones_like(logprobs[:, :1])
+        if sequence_weights is None
+        else sequence_weights.to(logprobs.device, logprobs.dtype).unsqueeze(1)
+    )  # [B, 1]
 
-    def agg(values: torch.Tensor) -> torch.Tensor:
+    def agg(values: torch.Tensor, *, weighted: bool = True) -> torch.Tensor:
         return aggregate(
-            values,
+            values * row_weight if weighted else values,
             mask,
             aggregation=aggregation,
             global_num_tokens=global_num_tokens,
@@ -250,7 +260,8 @@ def policy_loss(
         )
 
     def token_mean(values: torch.Tensor) -> float:
-        return float(torch.where(mask, values, zeros).sum().detach()) / global_num_tokens
+        weighted = torch.where(mask, values * row_weight, zeros)
+        return float(weighted.sum().detach()) / global_num_tokens
 
     old_logprobs = behaviour_logprobs if proximal_logprobs is None else proximal_logprobs
     log_ratio = torch.where(mask, logprobs - old_logprobs.to(logprobs.dtype), zeros)
@@ -285,7 +296,7 @@ def policy_loss(
         metrics["train/is_weight_mean"] = token_mean(is_weight)
         metrics["train/is_truncated_fraction"] = token_mean((raw_weight > tis_cap).float())
 
-    policy_term = agg(token_loss)
+    policy_term = agg(token_loss, weighted=False)
     loss = policy_term
     metrics["train/policy_loss"] = float(policy_term.detach())
     metrics["train/clip_fraction"] = token_mean(clip_active)

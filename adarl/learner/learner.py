@@ -569,6 +569,9 @@ class Learner:
             simko_entropy_quantile=settings.simko_entropy_quantile,
             simko_negative_scale=settings.simko_negative_scale,
             rehearsal=None if micro.rehearsal is None else micro.rehearsal.to(self._device),
+            sequence_weights=(
+                None if micro.sequence_weights is None else micro.sequence_weights.to(self._device)
+            ),
             rehearsal_coef=settings.rehearsal_coef,
             global_num_rehearsal_tokens=global_num_rehearsal_tokens,
             global_num_rehearsal_sequences=global_num_rehearsal_sequences,
