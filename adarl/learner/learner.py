@@ -527,6 +527,12 @@ class Learner:
         )
         logprobs, entropy = forward.logprobs, forward.entropy
         if micro is None:
+            if self._reference is not None and self.zero_stage == 3:
+                # The partitioned reference gathers its parameters collectively in every
+                # forward: a rank without a micro-batch runs the same empty pass through it as
+                # the ranks that score theirs, or they would wait for it.
+                with torch.no_grad():
+                    self._forward(self._reference, None)
             engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
             return {}
         if micro.rehearsal is not None and bool(micro.rehearsal.any()) and self._reference is None:
