@@ -83,7 +83,7 @@ def default_cache_dir() -> Path:
 
 # Settings of the task warm start (adarl/models/task_warm_start.py) that the built-in recipe does
 # not read: left out of its cache key, which stays what it always was.
-TASK_RECIPE_KEYS = ("sft_max_minutes", "sft_stop_lead", "sft_stop_lead_se")
+TASK_RECIPE_KEYS = ("sft_max_steps", "sft_max_minutes", "sft_stop_lead", "sft_stop_lead_se")
 
 
 def _arithmetic_split(arithmetic: ArithmeticConfig | None) -> dict[str, object]:
@@ -250,21 +250,21 @@ def _build_task_model(tiny: TinyModelConfig, task: TaskConfig, root: Path, name:
         steps = task_step_budget(
             model,
             data,
-            max_steps=tiny.sft_steps,
+            max_steps=tiny.sft_max_steps,
             max_minutes=tiny.sft_max_minutes,
             batch_size=tiny.sft_batch_size,
         )
         log.info(
             "warm-starting the tiny model on %s: %d training prompts, %d characters, at most %d "
-            "steps (model.tiny.sft_steps=%d, or what model.tiny.sft_max_minutes=%g buys on these "
-            "prompts), until held-aside training prompts pass clearly above the best constant "
-            "answer and the guesser (by %g points and %g SE: model.tiny.sft_stop_lead, "
+            "steps (model.tiny.sft_max_steps=%d, or what model.tiny.sft_max_minutes=%g buys on "
+            "these prompts), until held-aside training prompts pass clearly above the best "
+            "constant answer and the guesser (by %g points and %g SE: model.tiny.sft_stop_lead, "
             "sft_stop_lead_se)",
             _task_label(task),
             len(data.pairs) + len(data.probe),
             len(data.characters),
             steps,
-            tiny.sft_steps,
+            tiny.sft_max_steps,
             tiny.sft_max_minutes,
             100 * tiny.sft_stop_lead,
             tiny.sft_stop_lead_se,

@@ -32,7 +32,7 @@ estimates where the run starts on held-out prompts, without reading one. The def
 and 3 SE) are the run's own bar for learning (docs/tasks_and_rewards.md): the warm start ends when
 its policy already clears it on prompts it has not seen.
 
-**Budget.** At most `model.tiny.sft_steps` steps and `model.tiny.sft_max_minutes` minutes. The
+**Budget.** At most `model.tiny.sft_max_steps` steps and `model.tiny.sft_max_minutes` minutes. The
 minutes become a step budget through the measured cost of a step (`predicted_step_seconds`: it
 grows with the model's size and the task's prompt + response length, so a 110-character gcd prompt
 gets fewer steps than a 25-character number_sequence one), so that a task gets the same number of
@@ -188,17 +188,21 @@ class ProbeBaselines:
 
     @property
     def constant_accuracy(self) -> float:
-        return float(np.mean(self.constant_hits))
+        return _mean(self.constant_hits)
 
     @property
     def guess_accuracy(self) -> float:
-        return float(np.mean(self.guess_rates))
+        return _mean(self.guess_rates)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
 
 
 def probe_baselines(data: TaskWarmStartData) -> ProbeBaselines:
     """The best constant answer and the guesser of `data.pairs`, scored on `data.probe`."""
-    if not data.pair_answers or not data.probe_answers:
-        raise ValueError("the warm start's baselines need trained pairs and probe prompts")
+    if not data.pair_answers:
+        raise ValueError("the warm start's baselines need the answers of the trained pairs")
     constant = most_common_answer(data.pair_answers)
     rates = guess_hit_rates(
         data.probe_answers, data.probe_levels, data.pair_answers, data.pair_levels
@@ -224,14 +228,17 @@ def lead_over(
     baseline_rates: Sequence[float] | np.ndarray,  # [P] the baseline's, on the same prompts
 ) -> Lead:
     """lead = mean(d), SE = sd(d, ddof=1)/√P with d_i = p̂_i − b_i (module docstring). Paired:
-    each prompt's difficulty cancels in d_i, so the SE is that of the lead, not of two means."""
+    each prompt's difficulty cancels in d_i, so the SE is that of the lead, not of two means.
+    Fewer than 2 prompts have no SE: NaN, which `clearly_above` never passes."""
     policy = np.asarray(policy_rates, dtype=np.float64)
     baseline = np.asarray(baseline_rates, dtype=np.float64)
-    if policy.shape != baseline.shape or policy.ndim != 1 or policy.size < 2:
+    if policy.shape != baseline.shape or policy.ndim != 1:
         raise ValueError(
-            f"a paired lead needs the same prompts (at least 2) for the policy and the baseline, "
-            f"got {policy.shape} and {baseline.shape}"
+            f"a paired lead needs the same prompts for the policy and the baseline, got "
+            f"{policy.shape} and {baseline.shape}"
         )
+    if policy.size < 2:
+        return Lead(mean=math.nan, se=math.nan)
     d = policy - baseline
     return Lead(mean=float(d.mean()), se=float(d.std(ddof=1) / math.sqrt(d.size)))
 
@@ -455,7 +462,7 @@ def warm_start_until_above_prior(
             step=step,
             seconds=time.perf_counter() - start,
             cpu_seconds=time.process_time() - cpu_start,
-            accuracy=float(np.mean(rates)),
+            accuracy=_mean(rates),
             lead_over_constant=over_constant.mean,
             lead_over_constant_se=over_constant.se,
             lead_over_guess=over_guess.mean,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 from pathlib import Path
 
@@ -37,6 +38,7 @@ MICRO = TinyModelConfig(
     num_key_value_heads=1,
     max_position_embeddings=64,
     sft_steps=3,
+    sft_max_steps=3,
     sft_batch_size=8,
 )
 
@@ -117,7 +119,9 @@ def test_the_cache_key_follows_the_tasks_data(tmp_path: Path, monkeypatch) -> No
     assert builtin == loading.resolve_model_path(
         TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=MICRO, task=TaskConfig()
     )
-    other = dataclasses.replace(MICRO, sft_max_minutes=1.0, sft_stop_lead=0.5, sft_stop_lead_se=1)
+    other = dataclasses.replace(
+        MICRO, sft_max_steps=2, sft_max_minutes=1.0, sft_stop_lead=0.5, sft_stop_lead_se=1
+    )
     assert builtin == loading.resolve_model_path(
         TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=other, task=TaskConfig()
     )
@@ -234,6 +238,15 @@ def test_the_warm_start_stops_when_its_minutes_run_out() -> None:
     assert stats.minutes_budget == 2 / 60 and stats.step_budget == 100_000
 
 
+def test_a_split_too_small_to_probe_runs_to_its_budget() -> None:
+    """Three training prompts: one is held aside, and one prompt has no standard error, so the
+    rule cannot call the policy clearly above anything and the budget ends the warm start."""
+    examples = [TaskExample(f"q{i}", f"{i}?", str(i), task="exact_match") for i in range(3)]
+    stats = _warm_start(task_warm_start_data(examples), max_steps=10)
+    assert (stats.probe_prompts, stats.examples) == (1, 2)
+    assert stats.stopped_by == STOPPED_BY_STEPS and math.isnan(stats.lead_over_constant)
+
+
 def test_the_warm_start_is_recorded_with_the_built_model(tmp_path: Path) -> None:
     """What a run reads before it spends its budget: the record in adarl_build.json, whole."""
     task = _jsonl_task(tmp_path, _mod_rows(80))
@@ -243,7 +256,7 @@ def test_the_warm_start_is_recorded_with_the_built_model(tmp_path: Path) -> None
     assert record is not None
     info = tiny.read_build_info(path)
     assert info is not None and TaskWarmStartStats.from_record(info["warm_start"]) == record
-    assert record.steps == record.step_budget == MICRO.sft_steps  # 3 steps: the budget binds
+    assert record.steps == record.step_budget == MICRO.sft_max_steps  # 3: the budget binds
     assert record.stopped_by == STOPPED_BY_STEPS and record.minutes_budget == MICRO.sft_max_minutes
     assert record.probe_prompts == 30 and len(record.checks) == 1  # a check at the last step
     data, _ = loading.task_warm_start(MICRO, task)

@@ -60,9 +60,12 @@ def test_each_margin_binds_on_its_own() -> None:
     assert clearly_above(Lead(mean=0.06, se=0.02), **RULE)  # exactly 3 SE and over 5 points
 
 
-def test_the_lead_needs_the_same_prompts() -> None:
+def test_the_lead_needs_the_same_prompts_and_two_of_them() -> None:
     with pytest.raises(ValueError, match="same prompts"):
         lead_over([0.5, 0.5], [1.0, 0.0, 0.0])
+    # One prompt has no standard error: no lead the rule could trust (a split of 2-3 prompts).
+    alone = lead_over([1.0], [0.0])
+    assert math.isnan(alone.mean) and not clearly_above(alone, **RULE)
 
 
 def _example(index: int, answer: str, difficulty: float | None = None) -> TaskExample:
