@@ -95,7 +95,7 @@ def survey(name: str, generator: dict, args: argparse.Namespace) -> list[dict]:
     stop_at = None
     for check in stats.checks:
         over_constant = Lead(check.lead_over_constant, check.lead_over_constant_se)
-        over_guess = Lead(check.lead_over_guess, check.lead_over_guess_se)
+        over_guess = Lead(check.lead_over_guesser, check.lead_over_guesser_se)
         rule = {"min_lead": args.lead, "min_lead_in_se": args.lead_se}
         clear = clearly_above(over_constant, **rule) and clearly_above(over_guess, **rule)
         if clear and stop_at is None:
@@ -103,7 +103,7 @@ def survey(name: str, generator: dict, args: argparse.Namespace) -> list[dict]:
         rows.append({"kind": "check", **common, **dataclasses.asdict(check), "clear": clear})
     prompts = [(e.prompt + config.task.instruction_suffix, e.answer) for e in test]
     held_out = probe_hits(model, tokenizer, prompts, seed=12345)
-    test_constant = float(np.mean([e.answer == baselines.constant_answer for e in test]))
+    test_constant = float(np.mean([e.answer == baselines.best_constant_answer for e in test]))
     rows.append(
         {
             "kind": "task",
@@ -118,10 +118,10 @@ def survey(name: str, generator: dict, args: argparse.Namespace) -> list[dict]:
             "cpu_seconds": round(stats.cpu_seconds, 1),
             "wall_seconds": round(stats.seconds, 1),
             "cpu_ms_per_step": round(1000 * stats.cpu_seconds / max(1, stats.steps), 1),
-            "constant_answer": baselines.constant_answer,
-            "probe_constant": baselines.constant_accuracy,
-            "probe_guess": baselines.guess_accuracy,
-            "probe_final": stats.probe_pass_rate,
+            "best_constant_answer": baselines.best_constant_answer,
+            "probe_constant": baselines.best_constant_accuracy,
+            "probe_guess": baselines.guesser_accuracy,
+            "probe_final": stats.held_aside_accuracy,
             "probe_best": max(c.accuracy for c in stats.checks),
             "rule_stops_at": stop_at,
             "held_out_final": float(np.mean(held_out)) / PROBE_SAMPLES,
@@ -166,8 +166,8 @@ def main() -> None:
                     f"acc {100 * row['accuracy']:5.1f}% "
                     f"lead/const {100 * row['lead_over_constant']:+5.1f} "
                     f"({row['lead_over_constant_se'] * 100:.1f}) "
-                    f"lead/guess {100 * row['lead_over_guess']:+5.1f} "
-                    f"({row['lead_over_guess_se'] * 100:.1f}){' CLEAR' if row['clear'] else ''}",
+                    f"lead/guess {100 * row['lead_over_guesser']:+5.1f} "
+                    f"({row['lead_over_guesser_se'] * 100:.1f}){' CLEAR' if row['clear'] else ''}",
                     flush=True,
                 )
             else:

@@ -304,16 +304,16 @@ def _build_task_model(tiny: TinyModelConfig, task: TaskConfig, root: Path, name:
             stats.step_budget,
             stats.minutes,
             stats.stopped_by,
-            100 * stats.probe_pass_rate,
-            stats.constant_answer,
-            100 * stats.constant_accuracy,
-            100 * stats.guess_accuracy,
+            100 * stats.held_aside_accuracy,
+            stats.best_constant_answer,
+            100 * stats.best_constant_accuracy,
+            100 * stats.guesser_accuracy,
             "clearly above both"
             if stats.above_prior
             else f"not clearly above them (lead {100 * stats.lead_over_constant:+.1f} points, "
             f"{_in_se(stats.lead_over_constant, stats.lead_over_constant_se)} SE over the "
-            f"constant; {100 * stats.lead_over_guess:+.1f}, "
-            f"{_in_se(stats.lead_over_guess, stats.lead_over_guess_se)} SE over the guesser)",
+            f"constant; {100 * stats.lead_over_guesser:+.1f}, "
+            f"{_in_se(stats.lead_over_guesser, stats.lead_over_guesser_se)} SE over the guesser)",
             path,
         )
     return path

@@ -182,16 +182,16 @@ def task_warm_start_data(
 class ProbeBaselines:
     """What two policies that ignore the prompt score on each probe prompt (module docstring)."""
 
-    constant_answer: str  # the most common answer of the trained pairs
+    best_constant_answer: str  # the most common answer of the trained pairs
     constant_hits: tuple[float, ...]  # [P] 1.0 where it is the probe prompt's answer
     guess_rates: tuple[float, ...]  # [P] the guesser's hit probability
 
     @property
-    def constant_accuracy(self) -> float:
+    def best_constant_accuracy(self) -> float:
         return _mean(self.constant_hits)
 
     @property
-    def guess_accuracy(self) -> float:
+    def guesser_accuracy(self) -> float:
         return _mean(self.guess_rates)
 
 
@@ -208,7 +208,7 @@ def probe_baselines(data: TaskWarmStartData) -> ProbeBaselines:
         data.probe_answers, data.probe_levels, data.pair_answers, data.pair_levels
     )
     return ProbeBaselines(
-        constant_answer=constant,
+        best_constant_answer=constant,
         constant_hits=tuple(float(a == constant) for a in data.probe_answers),
         guess_rates=tuple(float(g) for g in rates),
     )
@@ -309,8 +309,8 @@ class ProbeCheck:
     accuracy: float
     lead_over_constant: float
     lead_over_constant_se: float
-    lead_over_guess: float
-    lead_over_guess_se: float
+    lead_over_guesser: float
+    lead_over_guesser_se: float
 
 
 @dataclass(frozen=True)
@@ -322,15 +322,15 @@ class TaskWarmStartStats:
     stopped_by: str
     initial_loss: float
     final_loss: float  # mean answer-token NLL over the last 10% of steps
-    probe_pass_rate: float  # held-aside accuracy at the last check
+    held_aside_accuracy: float  # held-aside accuracy at the last check
     seconds: float
-    constant_answer: str = ""
-    constant_accuracy: float = math.nan  # on the held-aside prompts
-    guess_accuracy: float = math.nan  # the guesser's, on the same prompts
+    best_constant_answer: str = ""
+    best_constant_accuracy: float = math.nan  # on the held-aside prompts
+    guesser_accuracy: float = math.nan  # the guesser's, on the same prompts
     lead_over_constant: float = math.nan  # at the last check
     lead_over_constant_se: float = math.nan
-    lead_over_guess: float = math.nan
-    lead_over_guess_se: float = math.nan
+    lead_over_guesser: float = math.nan
+    lead_over_guesser_se: float = math.nan
     step_budget: int = 0  # the steps `sft_max_minutes` buys on this task (at most sft_steps)
     minutes_budget: float = math.nan
     cpu_seconds: float = math.nan  # this process's CPU time (the cost model's unit)
@@ -361,7 +361,7 @@ def read_task_warm_start(model_dir: str | Path) -> TaskWarmStartStats | None:
     record = (info or {}).get("warm_start") or {}
     if not str((info or {}).get("data_fingerprint", "")).startswith("task:"):
         return None
-    if "constant_accuracy" not in record:
+    if "best_constant_accuracy" not in record:
         return None
     return TaskWarmStartStats.from_record(record)
 
@@ -465,8 +465,8 @@ def warm_start_until_above_prior(
             accuracy=_mean(rates),
             lead_over_constant=over_constant.mean,
             lead_over_constant_se=over_constant.se,
-            lead_over_guess=over_guess.mean,
-            lead_over_guess_se=over_guess.se,
+            lead_over_guesser=over_guess.mean,
+            lead_over_guesser_se=over_guess.se,
         )
         checks.append(check)
         log.info(
@@ -514,15 +514,15 @@ def warm_start_until_above_prior(
         stopped_by=stopped_by,
         initial_loss=losses[0] if losses else math.nan,
         final_loss=_tail_mean(losses),
-        probe_pass_rate=last.accuracy,
+        held_aside_accuracy=last.accuracy,
         seconds=time.perf_counter() - start,
-        constant_answer=baselines.constant_answer,
-        constant_accuracy=baselines.constant_accuracy,
-        guess_accuracy=baselines.guess_accuracy,
+        best_constant_answer=baselines.best_constant_answer,
+        best_constant_accuracy=baselines.best_constant_accuracy,
+        guesser_accuracy=baselines.guesser_accuracy,
         lead_over_constant=last.lead_over_constant,
         lead_over_constant_se=last.lead_over_constant_se,
-        lead_over_guess=last.lead_over_guess,
-        lead_over_guess_se=last.lead_over_guess_se,
+        lead_over_guesser=last.lead_over_guesser,
+        lead_over_guesser_se=last.lead_over_guesser_se,
         step_budget=max_steps,
         minutes_budget=max_minutes,
         cpu_seconds=time.process_time() - cpu_start,

@@ -196,8 +196,8 @@ def test_a_policy_that_learns_only_the_prior_does_not_stop_the_warm_start() -> N
     above the guesser (sampling '1' more often than the prior does), but never above the constant
     answer '1', which passes more than half of them: it runs to its step budget."""
     stats = _warm_start(_digit_task("prior"), max_steps=100)
-    assert stats.constant_answer == "1" and stats.constant_accuracy > 0.5
-    assert 0.2 < stats.guess_accuracy < 0.3
+    assert stats.best_constant_answer == "1" and stats.best_constant_accuracy > 0.5
+    assert 0.2 < stats.guesser_accuracy < 0.3
     assert max(check.accuracy for check in stats.checks) > 0.15  # it learned the prior
     assert stats.stopped_by == STOPPED_BY_STEPS and stats.steps == 100 and not stats.above_prior
     assert [check.step for check in stats.checks] == list(range(10, 101, 10))
@@ -209,21 +209,21 @@ def test_a_policy_that_learns_the_task_stops_the_warm_start() -> None:
     a policy that copies it passes nearly all: it stops at the first check clearly above both."""
     stats = _warm_start(_digit_task("copy"), max_steps=400)
     assert stats.stopped_by == STOPPED_ABOVE_PRIOR and stats.above_prior and stats.steps < 400
-    assert stats.constant_accuracy < 0.2 and stats.guess_accuracy < 0.2
+    assert stats.best_constant_accuracy < 0.2 and stats.guesser_accuracy < 0.2
     last = stats.checks[-1]
-    assert last.step == stats.steps and last.accuracy == stats.probe_pass_rate
+    assert last.step == stats.steps and last.accuracy == stats.held_aside_accuracy
     for lead, se in (
         (last.lead_over_constant, last.lead_over_constant_se),
-        (last.lead_over_guess, last.lead_over_guess_se),
+        (last.lead_over_guesser, last.lead_over_guesser_se),
     ):
         assert lead >= 0.05 and lead >= 3 * se
     # Every check before it was not clear on one of the two.
     for check in stats.checks[:-1]:
         assert (
-            min(check.lead_over_constant, check.lead_over_guess) < 0.05
+            min(check.lead_over_constant, check.lead_over_guesser) < 0.05
             or min(
                 check.lead_over_constant / check.lead_over_constant_se,
-                check.lead_over_guess / check.lead_over_guess_se,
+                check.lead_over_guesser / check.lead_over_guesser_se,
             )
             < 3
         )
@@ -260,17 +260,17 @@ def test_the_warm_start_is_recorded_with_the_built_model(tmp_path: Path) -> None
     assert record.stopped_by == STOPPED_BY_STEPS and record.minutes_budget == MICRO.sft_max_minutes
     assert record.probe_prompts == 30 and len(record.checks) == 1  # a check at the last step
     data, _ = loading.task_warm_start(MICRO, task)
-    assert record.constant_answer == max(
+    assert record.best_constant_answer == max(
         sorted(set(data.pair_answers)), key=list(data.pair_answers).count
     )
-    assert 0 <= record.constant_accuracy <= 1 and 0 <= record.guess_accuracy <= 1
+    assert 0 <= record.best_constant_accuracy <= 1 and 0 <= record.guesser_accuracy <= 1
     check = record.checks[-1]
     assert (check.accuracy, check.lead_over_constant) == (
-        record.probe_pass_rate,
+        record.held_aside_accuracy,
         record.lead_over_constant,
     )
     assert record.lead_over_constant == pytest.approx(
-        record.probe_pass_rate - record.constant_accuracy
+        record.held_aside_accuracy - record.best_constant_accuracy
     )
     assert record.seconds > 0 and record.cpu_seconds > 0
     # The built-in task's model has no task warm start record.
