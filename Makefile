@@ -12,7 +12,7 @@ export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
 export WANDB_MODE ?= offline
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run test test-unit test-fast lint bench clean-venv gpu-wheels gpu-check
+.PHONY: setup run test test-unit test-fast lint bench clean-venv gpu-wheels gpu-check gpu-preflight
 
 setup: $(STAMP)
 
@@ -88,3 +88,15 @@ gpu-wheels:
 
 gpu-check:
 	$(PYTHON) -m adarl.bench.gpu_kit check --wheels $(GPU_WHEELS) --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# The pre-flight of a GPU node before its first long run (docs/cluster.md "Before the first long
+# run"): about 10 minutes, a verdict per check, exit status 1 if one failed. It runs in the node's
+# own environment (the GPU install of docs/cluster.md: this checkout's .venv when there is one),
+# never `make setup`'s CPU one. ARGS: python -m adarl.launch's overrides, and the pre-flight's
+# options (--json PATH, --checks ..., --dry-run):
+#   make gpu-preflight ARGS="+experiment=qwen2_5_math_1_5b_seq_balance \
+#       model.name_or_path=/models/Qwen2.5-Math-1.5B task.path=... task.test_path=..."
+PREFLIGHT_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+
+gpu-preflight:
+	$(PREFLIGHT_PYTHON) -m adarl.preflight $(ARGS)

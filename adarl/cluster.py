@@ -13,6 +13,9 @@ directory (`set_library_log_dir`):
                         ─► RUN_DIR/logs/<Class>-<pid>.log  (everything the process prints)
                         "adarl" logger ─► the original stderr ─► Ray ─► the driver's console
 
+`library_output_to(path)` does the same for a block of this process: `python -m adarl.evaluate`
+runs its engine in-process, and its console keeps only its own lines.
+
 An exception an actor's method raises reaches the driver as before (Ray's `RayTaskError`, its
 traceback included); an actor error that stops the run gets a note naming the actor's file
 (`library_log_note`), where what it printed before it died can be read.
@@ -293,9 +296,7 @@ def redirect_library_output(path: Path, *, label: str) -> bool:
             flush=True,
         )
         return False
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or replaced stream: nothing to flush
-            stream.flush()
+    _flush_std_streams()
     console_fd = os.dup(2)
     os.dup2(target, 1)
     os.dup2(target, 2)
@@ -311,6 +312,51 @@ def redirect_library_output(path: Path, *, label: str) -> bool:
         adarl_log.addHandler(handler)
     adarl_log.propagate = False  # a library's root handler would print adarl's lines twice
     return True
+
+
+@contextlib.contextmanager
+def library_output_to(path: Path) -> Iterator[TextIO]:
+    """For the block, everything this process prints (Python and C/C++ alike: file descriptors 1 and
+    2) goes to `path`, appended, as an actor's goes to its file; the stream the block is given
+    writes to the original stdout, the "adarl" logger to the original stderr. Restored when the
+    block ends. For a command whose own output is a few console lines around an in-process engine
+    (`python -m adarl.evaluate`); an actor's output goes to its file for good
+    (`redirect_library_output`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _flush_std_streams()
+    saved = (os.dup(1), os.dup(2))
+    console, console_err = (
+        os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+        for fd in saved
+    )
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
+    handler = logging.StreamHandler(console_err)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    adarl_log = logging.getLogger("adarl")
+    propagate = adarl_log.propagate
+    adarl_log.addHandler(handler)
+    adarl_log.propagate = False  # a library's root handler would write adarl's lines to the file
+    try:
+        yield console
+    finally:
+        _flush_std_streams()
+        adarl_log.removeHandler(handler)
+        adarl_log.propagate = propagate
+        for stream in (console, console_err):
+            stream.close()
+        for fd, saved_fd in enumerate(saved, start=1):
+            os.dup2(saved_fd, fd)
+            os.close(saved_fd)
+
+
+def _flush_std_streams() -> None:
+    """What Python buffered for stdout and stderr, written before their file descriptors move."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or replaced stream: nothing to flush
+            stream.flush()
 
 
 def _ray_actor_errors() -> tuple[type[BaseException], ...]:

@@ -18,24 +18,27 @@ the presets `python -m adarl.launch` uses (unknown keys fail; a group picks a pr
 run's values: `task=jsonl`, `rollout=hf`), and the result is validated before anything is
 built.
 
-What runs is training's evaluation (`adarl.evaluation.Evaluator`, as `TrainingSession.evaluate`
-builds it): the first `eval.num_prompts` held-out prompts of the task, each sampled
-`eval.final_samples_per_prompt` times (`eval.samples_per_prompt` if null) at
-`eval.temperature` from `eval.seed` (the run's, derived from its root seed:
-adarl/config/seeds.py), plus one greedy sample (`eval.greedy`), scored by the task's verifier;
-the guesser's pass@k draws from the task's training answers. The engine is `rollout.engine`
-built from `rollout.*` by the builder training uses, one in this process: the same engine code
-as training's actors without a Ray cluster to start (a request's samples depend on its seed and
-the engine's call, not on which engine serves it, so one engine reproduces several). With the
-run's config and weights these are the requests, seeds, engine calls
-(`rollout.max_samples_per_call`) and weights of the run's final evaluation, which is
-therefore reproduced sample for sample (tests/e2e/test_export_evaluate.py).
+What runs is training's evaluation (the `Evaluator` of `adarl.evaluation.build_evaluator`, the
+builder `TrainingSession` uses, run as a run's final evaluation is): the first `eval.num_prompts`
+held-out prompts of the task, each sampled `eval.final_samples_per_prompt` times
+(`eval.samples_per_prompt` if null) at `eval.temperature` from `eval.seed` (the run's, derived from
+its root seed: adarl/config/seeds.py), plus one greedy sample (`eval.greedy`), scored by the task's
+verifier; the guesser's pass@k draws from the task's training answers. The engine is
+`rollout.engine` built from `rollout.*` by the builder training uses, one in this process: the same
+engine code as training's actors without a Ray cluster to start (a request's samples depend on its
+seed and the engine's call, not on which engine serves it, so one engine reproduces several). With
+the run's config and weights these are the requests, seeds, engine calls
+(`rollout.max_samples_per_call`) and weights of the run's final evaluation, which is therefore
+reproduced sample for sample (tests/e2e/test_export_evaluate.py).
 
-Output: a pass@k table by level (k = 1, 2, 4, … n, each beside the guesser's; coverage) and a
-JSON file (`--out`; default `TARGET.evaluation.json` beside the target): `EvalResult.table()`
-under "evaluation", what was evaluated (target, model, config, task, engine, seeds, samples),
-each held-out prompt's correct count, and the first completions (as `completions.jsonl` logs
-them).
+Output: a pass@k table by level (named as the task names them: `2d+-2d` for the arithmetic
+task's level 4; k = 1, 2, 4, … n, each beside the guesser's; coverage) and a JSON file (`--out`;
+default `TARGET.evaluation.json` beside the target): `EvalResult.table()` under "evaluation", the
+levels' names, what was evaluated (target, model, config, task, engine, seeds, samples), each
+held-out prompt's correct count, and the first completions (as `completions.jsonl` logs them).
+What the libraries print (vLLM's and transformers' warnings and progress bars, DeepSpeed's when a
+checkpoint is exported) goes to a log file beside the JSON (`TARGET.evaluation.log`), as a run's
+actors' goes to RUN_DIR/logs; one console line names it.
 
 Exit status: 0 done, 2 bad input (a path, a config, an override), with the input and the fix.
 """
@@ -48,7 +51,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,16 +206,15 @@ def plan_evaluation(
     )
 
 
-def build_evaluator(config: AdarlConfig, tokenizer: Any) -> Evaluator:
-    """The `Evaluator` `TrainingSession` builds for `config` (adarl/session.py: the codec, the
-    prompt check, the held-out and training splits, the eval settings), for a policy with
-    `tokenizer`. Raises ValueError when the task has no held-out set."""
-    from adarl.evaluation import Evaluator
+def _evaluator(config: AdarlConfig, tokenizer: Any) -> Evaluator:
+    """Training's evaluator for `config` (`build_evaluator`), for a policy with `tokenizer`: the
+    codec, the prompt check and the training split built as `TrainingSession` builds them.
+    Raises ValueError when the task has no held-out set."""
+    from adarl.evaluation import build_evaluator
     from adarl.models.loading import model_max_positions
     from adarl.reward.registry import build_verifier
     from adarl.rollout.codec import build_prompt_check, build_prompt_codec
-    from adarl.tasks.baselines import constant_answer_applies
-    from adarl.tasks.build import build_prompt_source, build_test_examples
+    from adarl.tasks.build import build_prompt_source
 
     verifier = build_verifier(config.task.verifier_name, config.reward)
     codec = build_prompt_codec(config.task, config.rollout, tokenizer)
@@ -225,30 +227,27 @@ def build_evaluator(config: AdarlConfig, tokenizer: Any) -> Evaluator:
         else model_max_positions(config.model),
     )
     prompts = build_prompt_source(config.task, verifier=verifier, check_prompt=check_prompt)
-    test_examples = build_test_examples(config.task, verifier=verifier, check_prompt=check_prompt)
-    if config.eval.num_prompts:
-        test_examples = test_examples[: config.eval.num_prompts]
-    if not test_examples:
+    evaluator = build_evaluator(
+        config,
+        codec=codec,
+        verifier=verifier,
+        check_prompt=check_prompt,
+        train_examples=prompts.examples,
+    )
+    if evaluator is None:
         raise ValueError(
             f"task {config.task.source!r} has no held-out set to evaluate on: set task.test_path "
             "(a file of held-out prompts) or task.test_fraction"
         )
-    return Evaluator(
-        examples=test_examples,
-        codec=codec,
-        samples_per_prompt=config.eval.samples_per_prompt,
-        temperature=config.eval.temperature,
-        max_new_tokens=config.eval.max_new_tokens,
-        greedy=config.eval.greedy,
-        completions_to_log=config.eval.completions_to_log,
-        seed=seed_or_default(config.eval.seed),
-        train_examples=prompts.examples,
-        verifier=verifier if constant_answer_applies(config.task.verifier_name) else None,
-    )
+    return evaluator
 
 
-def run_evaluation(plan: EvaluationPlan) -> tuple[EvalResult, dict[str, Any]]:
-    """Build the data, export the checkpoint if needed, evaluate; the result and its JSON."""
+def run_evaluation(plan: EvaluationPlan, *, library_log: Path) -> tuple[EvalResult, dict[str, Any]]:
+    """Build the data, export the checkpoint if needed, evaluate; the result and its JSON. Once
+    the data is built, what the libraries print (the learner exporting, the engine) goes to
+    `library_log`, and this command's own lines to the console."""
+    from adarl.cluster import library_output_to
+    from adarl.evaluation import EvalKind, level_names
     from adarl.models.loading import load_tokenizer, policy_tokenizer, resolve_model_config
     from adarl.reward.registry import build_reward_pool
     from adarl.rollout.pool import build_rollout_pool
@@ -266,36 +265,42 @@ def run_evaluation(plan: EvaluationPlan) -> tuple[EvalResult, dict[str, Any]]:
             tokenizer = policy_tokenizer(config)
         else:
             tokenizer = load_tokenizer(str(model_path))
-        evaluator = build_evaluator(config, tokenizer)
+        evaluator = _evaluator(config, tokenizer)
     except ValueError as error:  # the task's data or lengths, refused naming the fix
         raise TargetError(str(error)) from error
+    print(
+        "adarl.evaluate: library output (vLLM, transformers, torch, DeepSpeed: warnings, "
+        f"progress bars) goes to {library_log}"
+    )
     exported_s = 0.0
-    if checkpoint is not None:
-        assert plan.run_config is not None
-        if export_is_current(model_path, checkpoint):
-            print(f"adarl.evaluate: {checkpoint} was exported to {model_path}: using it")
-        else:
-            print(f"adarl.evaluate: exporting {checkpoint} to {model_path}")
-            export_start = time.perf_counter()
-            export_checkpoint(checkpoint, model_path, config=plan.run_config)
-            exported_s = time.perf_counter() - export_start
-    engine_model = str(model_path)
-    if target is None:
-        engine_model = resolve_model_config(config.model, task=config.task)
-    rewards = build_reward_pool(config.reward, [config.task.verifier_name])
-    try:
-        pool = build_rollout_pool(
-            config.rollout, model_path=engine_model, in_process=True, faults=config.faults
-        )
+    with library_output_to(library_log) as console:
+        if checkpoint is not None:
+            assert plan.run_config is not None
+            if export_is_current(model_path, checkpoint):
+                print(
+                    f"adarl.evaluate: {checkpoint} was exported to {model_path}: using it",
+                    file=console,
+                )
+            else:
+                print(f"adarl.evaluate: exporting {checkpoint} to {model_path}", file=console)
+                export_start = time.perf_counter()
+                export_checkpoint(checkpoint, model_path, config=plan.run_config)
+                exported_s = time.perf_counter() - export_start
+        engine_model = str(model_path)
+        if target is None:
+            engine_model = resolve_model_config(config.model, task=config.task)
+        rewards = build_reward_pool(config.reward, [config.task.verifier_name])
         try:
-            samples = config.eval.final_samples_per_prompt
-            result = evaluator.evaluate(
-                pool, rewards, step=plan.step or 0, samples_per_prompt=samples
+            pool = build_rollout_pool(
+                config.rollout, model_path=engine_model, in_process=True, faults=config.faults
             )
+            try:
+                # A model on its own is evaluated as a run's final (and base) evaluation is.
+                result = evaluator.evaluate(pool, rewards, step=plan.step or 0, kind=EvalKind.FINAL)
+            finally:
+                pool.shutdown()
         finally:
-            pool.shutdown()
-    finally:
-        rewards.close()
+            rewards.close()
     record = {
         "target": {
             "given": None if target is None else str(target.given),
@@ -314,6 +319,7 @@ def run_evaluation(plan: EvaluationPlan) -> tuple[EvalResult, dict[str, Any]]:
         "temperature": config.eval.temperature,
         "max_new_tokens": config.eval.max_new_tokens,
         "evaluation": result.table(),
+        "level_names": level_names(config.task),  # the table's difficulty labels, named
         "per_prompt": [
             {"prompt_id": example.prompt_id, "level": level, "correct": correct}
             for example, level, correct in zip(
@@ -329,22 +335,28 @@ def run_evaluation(plan: EvaluationPlan) -> tuple[EvalResult, dict[str, Any]]:
     return result, record
 
 
-def format_table(table: dict[str, Any]) -> str:
-    """The pass@k table (an `EvalResult.table()`): a row per level, the guesser's below each."""
+def format_table(table: dict[str, Any], names: Mapping[str, str] | None = None) -> str:
+    """The pass@k table (an `EvalResult.table()`): a row per level, the guesser's below each;
+    `names` names the levels (`level_names`: "2d+-2d" for the arithmetic task's "4")."""
+    names = names or {}
     ks = list(table["pass_at_k"])
-    header = f"  {'level':<8}{'prompts':>8}" + "".join(f"{'pass@' + k:>10}" for k in ks)
+    labels = {level: names.get(level, level) for level in table["by_level"]}
+    width = max([8, *(len(label) + 2 for label in labels.values())])
+    header = f"  {'level':<{width}}{'prompts':>8}" + "".join(f"{'pass@' + k:>10}" for k in ks)
     lines = [header]
 
     def rows(label: str, prompts: int, passes: dict[str, float], guess: dict[str, float]) -> None:
-        lines.append(f"  {label:<8}{prompts:>8}" + "".join(f"{100 * passes[k]:>9.1f}%" for k in ks))
+        lines.append(
+            f"  {label:<{width}}{prompts:>8}" + "".join(f"{100 * passes[k]:>9.1f}%" for k in ks)
+        )
         if guess:
             lines.append(
-                f"  {'  guess':<8}{'':>8}" + "".join(f"{100 * guess[k]:>9.1f}%" for k in ks)
+                f"  {'  guess':<{width}}{'':>8}" + "".join(f"{100 * guess[k]:>9.1f}%" for k in ks)
             )
 
     rows("all", table["num_prompts"], table["pass_at_k"], table["guess_pass_at_k"])
     for level, entry in table["by_level"].items():
-        rows(level, entry["num_prompts"], entry["pass_at_k"], entry["guess_pass_at_k"])
+        rows(labels[level], entry["num_prompts"], entry["pass_at_k"], entry["guess_pass_at_k"])
     lines.append(f"  coverage (a correct sample among {ks[-1]}): {100 * table['coverage']:.1f}%")
     if table.get("greedy_accuracy") is not None:
         lines.append(f"  greedy accuracy: {100 * table['greedy_accuracy']:.1f}%")
@@ -381,11 +393,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"adarl.evaluate: {error}", file=sys.stderr)
         return 2
+    library_log = plan.out.with_suffix(".log")  # beside the JSON
     try:
-        result, record = run_evaluation(plan)
+        result, record = run_evaluation(plan, library_log=library_log)
     except TargetError as error:  # the data (no held-out set, bad rows), a broken checkpoint
         print(f"adarl.evaluate: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        if library_log.exists():
+            error.add_note(f"what the libraries printed (vLLM, transformers, torch): {library_log}")
+        raise
     plan.out.parent.mkdir(parents=True, exist_ok=True)
     plan.out.write_text(json.dumps(record, indent=2) + "\n")
     target = record["target"]
@@ -395,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"({result.num_prompts} held-out prompts), {result.samples_per_prompt} samples per "
         f"prompt at T={plan.config.eval.temperature:g}, eval.seed "
         f"{record['seeds']['eval']}, engine {record['engine']} ({record['wall_s']:.1f}s)\n"
-        f"{format_table(record['evaluation'])}\n"
+        f"{format_table(record['evaluation'], record['level_names'])}\n"
         f"  wrote {plan.out}"
     )
     return 0

@@ -65,8 +65,15 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
         f"  objective: {summary.objective.get('statement', 'n/a')}\n"
         f"  rollouts generated: {summary.rollouts_generated}, tokens: "
         f"{summary.tokens_generated}\n"
-        f"  run directory: {run_dir}" + _format_model(summary, run_dir)
+        f"  run directory: {run_dir}" + _format_model(summary, run_dir) + _format_stop(summary)
     )
+
+
+def _format_stop(summary: RunSummary) -> str:
+    """A run stopped for want of a learning signal ends its summary with why and what helps."""
+    if summary.stop_message is None:
+        return ""
+    return "\n\n" + summary.stop_message
 
 
 def _format_model(summary: RunSummary, run_dir: Path) -> str:

@@ -1,6 +1,6 @@
 """A training session: components built from config, placed, resumed, run, checkpointed, closed.
 
-`TrainingSession.train()` is the outer loop around `Driver.step` (adarl/driver.py):
+`TrainingSession.train()` is the outer loop around `Driver.step` (adarl/driver/step_loop.py):
 
     base eval ─► for step in (resume + 1)..total_steps:
                      driver.step(step) ─► eval if due ─► log ─► checkpoint if due
@@ -37,22 +37,24 @@ from adarl.cluster import (
     spawn_actor,
 )
 from adarl.config import AdarlConfig
-from adarl.config.seeds import seed_or_default
-from adarl.driver import Driver, StepOutcome, merge_metrics
-from adarl.evaluation import EvalResult, Evaluator
+from adarl.driver.rollout_phase import PhaseParts
+from adarl.driver.step_loop import Driver, StepOutcome
+from adarl.evaluation import EvalKind, EvalResult, build_evaluator
 from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import model_max_positions, policy_tokenizer, resolve_model_config
+from adarl.models.tiny import read_build_info
+from adarl.no_signal import no_signal_message
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
 from adarl.rollout.hint_service import build_hints
 from adarl.rollout.pool import build_rollout_pool
 from adarl.run_summary import RunSummary
-from adarl.tasks.baselines import constant_answer_applies
-from adarl.tasks.build import build_prompt_source, build_test_examples
+from adarl.step_metrics import merge_metrics
+from adarl.tasks.build import build_prompt_source
 from adarl.weight_sync.build import build_weight_sync
 
 log = logging.getLogger("adarl")
@@ -182,30 +184,18 @@ class TrainingSession:
         # The policy: built and cached once for built-ins (the tiny model warm-started on this
         # task); any HF directory otherwise.
         model_path = resolve_model_config(config.model, task=config.task)
+        self.model_path = model_path
 
-        test_examples = build_test_examples(
-            config.task, verifier=verifier, check_prompt=check_prompt
-        )
-        if config.eval.num_prompts:
-            test_examples = test_examples[: config.eval.num_prompts]
         # No held-out set (a file task without test_path/test_fraction): no evaluation at all,
         # reported as "n/a", never as an accuracy of 0.
-        self.evaluator: Evaluator | None = None
-        if test_examples:
-            self.evaluator = Evaluator(
-                examples=test_examples,
-                codec=self.codec,
-                samples_per_prompt=config.eval.samples_per_prompt,
-                temperature=config.eval.temperature,
-                max_new_tokens=config.eval.max_new_tokens,
-                greedy=config.eval.greedy,
-                completions_to_log=config.eval.completions_to_log,
-                seed=seed_or_default(config.eval.seed),
-                train_examples=self.prompts.examples,  # the guesser draws their answers
-                # ...and the best constant answer is scored by the task's own verifier
-                verifier=verifier if constant_answer_applies(config.task.verifier_name) else None,
-            )
-        else:
+        self.evaluator = build_evaluator(
+            config,
+            codec=self.codec,
+            verifier=verifier,
+            check_prompt=check_prompt,
+            train_examples=self.prompts.examples,
+        )
+        if self.evaluator is None:
             log.warning(
                 "no held-out set (task.test_path and task.test_fraction unset): held-out accuracy "
                 "is not measured in this run"
@@ -213,7 +203,8 @@ class TrainingSession:
         self.rewards = build_reward_pool(config.reward, [config.task.verifier_name])
         self._closers.append(self.rewards.close)
 
-        kwargs = allocator_kwargs(config.allocator)
+        allocator_plan = config.allocator.plan()  # validated once, its counts resolved once
+        kwargs = allocator_kwargs(allocator_plan)
         # SAGE: the allocator declares collapse and re-rolls on (x, h); None when hints are off.
         kwargs["hints"] = build_hint_stage(
             config.hints, positive_threshold=config.allocator.positive_threshold
@@ -223,7 +214,7 @@ class TrainingSession:
         if config.rollout.cross_step_allocation:  # steps t..t+k open at once
             kwargs["max_open_steps"] = config.rollout.max_off_policy_steps + 1
         self.objective = declare_objective(
-            config.allocator, hint_schedule=config.hints.schedule, reward=config.dro.reward
+            allocator_plan, hint_schedule=config.hints.schedule, reward=config.dro.reward
         )
         log.info("%s", self.objective.console())
         if cluster.in_process or cluster.allocator_in_driver:
@@ -292,17 +283,24 @@ class TrainingSession:
                 faults=faults,
             )
             self._closers.append(self.hint_generator.close)
-        self.driver = Driver(
-            prompts=self.prompts,
-            codec=self.codec,
+        phase_parts = PhaseParts(
             allocator=self.allocator,
             rollout=self.rollout,
             rewards=self.rewards,
+            prompts=self.prompts,
+            codec=self.codec,
+            hints=self.hint_generator,
+            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
+            # A sampler's statistics (GVM's gradient norms), by the learners at current weights.
+            statistics=functools.partial(
+                self.learners.sample_statistics, pad_token_id=self.codec.pad_token_id
+            ),
+        )
+        self.driver = Driver(
+            parts=phase_parts,
             learners=self.learners,
             weight_sync=self.weight_sync,
             prompts_per_step=config.allocator.prompts_per_step,
-            pool_reward=build_pool_reward(config.dro, tokenizer=self.codec.tokenizer),
-            hints=self.hint_generator,
             on_step_end=self.on_step_end,
             max_off_policy_steps=config.rollout.max_off_policy_steps,
             max_rollouts=config.trainer.max_rollouts,
@@ -313,6 +311,7 @@ class TrainingSession:
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=config.checkpoint.keep_last)
         if not cluster.in_process:  # learners on other nodes write shards the driver verifies
             self.learners.check_shared_directory(self.checkpoints.root)
+        self._signal_tally = (0, 0.0)  # groups trained and mixed ones, from step 1 on
         self.resume_path = resolve_resume(self.run_dir, config.checkpoint.resume)
         self.start_step = 0
         self.base_eval: EvalResult | None = None
@@ -338,24 +337,28 @@ class TrainingSession:
         config = self.config
         total = config.trainer.total_steps
         if self.base_eval is None and self.start_step == 0:
-            self.base_eval = self.evaluate(step=0, final=True)
+            self.base_eval = self.evaluate(step=0, kind=EvalKind.BASE)
             base_metrics = self.base_eval.metrics() if self.base_eval is not None else {}
             self.logger.log(0, {**base_metrics, "timing/build_s": self.build_s})
         last_eval = self.base_eval
         last_step = self.start_step
+        stop_reason = "resumed_past_end" if self.start_step >= total else "total_steps"
+        no_signal: str | None = None
         for step in range(self.start_step + 1, total + 1):
             rollouts_before = self.driver.rollouts_generated
             outcome = self.driver.step(step, sample_ahead_through=self._next_checkpoint(step))
             last_step = step
             rollouts = self.driver.rollouts_generated
             out_of_budget = self.driver.budget_reached()
-            final = step == total or out_of_budget
+            no_signal = self._signal_check(outcome)
+            final = step == total or out_of_budget or no_signal is not None
             metrics = dict(outcome.metrics)
-            if out_of_budget:  # steps opened ahead will not train: dropped before the checkpoint
-                metrics.update(self.driver.end_stream())
+            if final and step < total:  # steps opened ahead will not train: dropped before the
+                metrics.update(self.driver.end_stream())  # checkpoint
             metrics["perf/wall_s"] = self.wall_s()
             if self._eval_due(step, rollouts_before, rollouts, final=final):
-                evaluated = self.evaluate(step=step, final=final)
+                kind = EvalKind.FINAL if final else EvalKind.PERIODIC
+                evaluated = self.evaluate(step=step, kind=kind)
                 if evaluated is not None:
                     last_eval = evaluated
                     metrics = merge_metrics({"step": metrics, "evaluation": evaluated.metrics()})
@@ -364,6 +367,10 @@ class TrainingSession:
             every = config.checkpoint.every_steps
             if final or (every and step % every == 0):
                 self.save(step)
+            if no_signal is not None:
+                log.warning("%s", no_signal)
+                stop_reason = "no_learning_signal"
+                break
             if out_of_budget:
                 log.info(
                     "step %d: %d training rollouts, %d prompt + response tokens reached "
@@ -374,6 +381,7 @@ class TrainingSession:
                     config.trainer.max_rollouts,
                     config.trainer.max_sequence_tokens,
                 )
+                stop_reason = "budget"
                 break
         if self.start_step >= total:
             log.warning(
@@ -410,6 +418,8 @@ class TrainingSession:
             ),
             final_evaluation=None if last_eval is None else last_eval.table(),
             model_dir=str(model_dir),
+            stop_reason=stop_reason,
+            stop_message=no_signal,
         )
 
     def export_model(self, step: int) -> Path:
@@ -449,21 +459,43 @@ class TrainingSession:
             bool(every_rollouts) and rollouts // every_rollouts > rollouts_before // every_rollouts
         )
 
-    def evaluate(self, *, step: int, final: bool = False) -> EvalResult | None:
-        """Held-out pass@k now; None when the task has no held-out set. The base (step 0) and the
-        final evaluation (`final`) draw `eval.final_samples_per_prompt` samples per prompt."""
+    def evaluate(self, *, step: int, kind: EvalKind) -> EvalResult | None:
+        """Held-out pass@k now, as the `kind` of evaluation (the base and the final one draw
+        `eval.final_samples_per_prompt` samples per prompt); None when the task has no held-out
+        set."""
         if self.evaluator is None:
             return None
-        samples = self.config.eval.final_samples_per_prompt if final else None
         start = time.perf_counter()
         with self.driver.timer.stage("eval", per_step=False):
-            result = self.evaluator.evaluate(
-                self.rollout, self.rewards, step=step, samples_per_prompt=samples
-            )
+            result = self.evaluator.evaluate(self.rollout, self.rewards, step=step, kind=kind)
         result.cost_metrics["timing/eval_s"] = time.perf_counter() - start
         if result.completions:
             self.logger.log_completions(step, result.completions)
         return result
+
+    def _signal_check(self, outcome: StepOutcome) -> str | None:
+        """At step `trainer.signal_check_steps` of a run that started from step 0: the message
+        that stops it if too few of the groups trained so far had mixed outcomes (the policy
+        gets almost no gradient), else None (trainer.min_mixed_group_fraction)."""
+        trainer = self.config.trainer
+        groups = len(outcome.result.groups)
+        mixed = outcome.metrics.get("signal/mixed_group_fraction", 0.0) * groups
+        self._signal_tally = (self._signal_tally[0] + groups, self._signal_tally[1] + mixed)
+        if outcome.step != trainer.signal_check_steps or self.start_step > 0:
+            return None
+        trained, mixed_total = self._signal_tally
+        fraction = mixed_total / trained if trained else 0.0
+        if fraction >= trainer.min_mixed_group_fraction:
+            return None
+        return no_signal_message(
+            steps=outcome.step,
+            groups=trained,
+            mixed_fraction=fraction,
+            minimum=trainer.min_mixed_group_fraction,
+            base=None if self.base_eval is None else self.base_eval.table(),
+            warm_start=_warm_start_record(self.model_path),
+            builtin_model=self.config.model.is_builtin,
+        )
 
     def _warn_if_no_signal(self, outcome: StepOutcome) -> None:
         mixed = outcome.metrics.get("signal/mixed_group_fraction")
@@ -538,3 +570,12 @@ class TrainingSession:
                 closer()
             except Exception:  # teardown must reach every component; the first error is logged
                 log.exception("error while shutting down %s", closer)
+
+
+def _warm_start_record(model_dir: str) -> dict[str, Any] | None:
+    """The warm start's record of a built-in tiny model (its build info's `warm_start` entry:
+    held-aside accuracy, the baselines on the same prompts, why it stopped), or None for any
+    other model or one built before the record existed."""
+    info = read_build_info(model_dir)
+    record = None if info is None else info.get("warm_start")
+    return record if isinstance(record, dict) else None

@@ -3,6 +3,7 @@
     TaskExample ─► PromptRequest ─► GenerationRequest ─► GenerationResult ─► Rollout
         ─► ScoredRollout ─► Group ─► TrainBatch ─► (learner) ─► WeightVersion
     ScoredRollout ─► StatisticsRequest ─► (learner) ─► StatisticsReply ─► allocator
+    ScoredRollout ─► FinishedPool ─► (pool reward stage) ─► RescoredPool ─► allocator
 
 Records are small frozen dataclasses of plain Python values so that they pickle cheaply through
 Ray's object store. Only `TrainBatch` holds tensors. Token-level conventions used everywhere:
@@ -15,8 +16,8 @@ Ray's object store. Only `TrainBatch` holds tensors. Token-level conventions use
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -136,6 +137,33 @@ class StatisticsReply:
     kind: str
     values: tuple[float, ...]
     weight_version: int  # the weights the statistic was computed with
+
+
+# A pool reward stage (adarl/allocator/pool_reward.py; DRO's R3 in adarl/reward/r3.py) reads a
+# step's finished pools and answers with new rewards. Its records live here, not with the
+# allocator, because the reward side writes them and the allocator reads them.
+
+# `RolloutPool.score`: teacher-forced log π_T(response_i[t] | prompt_i, response_i[:t]).
+ScoreFn = Callable[..., list[list[float]]]
+
+
+@dataclass(frozen=True)
+class FinishedPool:
+    """Allocator ─► pool reward stage: one prompt's pool at the end of sampling, in sampling
+    order, with the rewards it has."""
+
+    prompt_id: str
+    example: TaskExample
+    rollouts: tuple[ScoredRollout, ...]
+
+
+@dataclass(frozen=True)
+class RescoredPool:
+    """Pool reward stage ─► allocator: a reward per rollout (in the pool's order) and named
+    statistics for samplers that read them (e.g. "max_deviation", "reaches_top_k")."""
+
+    rewards: tuple[float, ...]
+    statistics: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

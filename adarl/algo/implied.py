@@ -9,7 +9,9 @@ g± = E[∇log π | r = 1/0], p g⁺ + (1-p) g⁻ = 0 and ∇p = p(1-p)(g⁺ - g
 
 `implied_weight` evaluates that expectation exactly, over Bin(n, p) for uniform groups and over
 the exact stopping law (`adarl.algo.gate.terminal_counts`) for sequential sampling, by calling
-the very advantage/selection functions that training uses. Closed forms (tested against it):
+the very advantage/selection functions that training uses (each uniform estimator through its
+registry entry, `adarl.algo.advantages`, which also declares its closed form). Closed forms
+(tested against it):
 
     rloo, reinforce_baseline, raft("group")   w = 1                     (linear)
     dr_grpo                                   w = (n-1)/n
@@ -21,9 +23,10 @@ the very advantage/selection functions that training uses. Closed forms (tested 
     `selection` for log, unbiased p̂, Seq rules  w·p = 1 - (1-p)^(cap-1) (`log_gate`), any chunks
     pkpo (n ≥ k, any baseline)                w = k(1-p)^(k-1)          (pass@k, exactly)
     passk_training                            w = E[K(1-R̄_K)/(σ_K+ε)]/(n p(1-p)); without the
-                                                σ, (1 - k/n)(1-p)^(k-1) (`passk_training_weight`)
+                                                σ, (1 - k/n)(1-p)^(k-1) (`advantages.
+                                                passk_training_weight`)
     grpo × (1 - K/n)^γ (F-GRPO)               w = E[(1-K/n)^γ K(n-K)/(n²(σ_K+ε))]/(p(1-p))
-                                                (`focal_grpo_weight`)
+                                                (`advantages.focal_grpo_weight`)
 
 With the pool estimate p̃ = N⁺/N there is no closed form; the numeric value is exact.
 """
@@ -35,17 +38,11 @@ from math import comb
 import numpy as np
 
 from adarl.algo.advantages import (
-    GRPO_EPS,
-    PASSK_TRAINING_EPS,
-    ada_est_advantages,
-    dr_grpo_advantages,
-    focal_scale,
-    grpo_advantages,
-    passk_training_advantages,
-    pkpo_advantages,
-    raft_advantages,
-    reinforce_baseline_advantages,
-    rloo_advantages,
+    UNIFORM_ESTIMATORS,
+    AdvantageOptions,
+    GroupInputs,
+    get_uniform_estimator,
+    group_relative_estimators,
 )
 from adarl.algo.drawing import DrawRule, draw_law
 from adarl.algo.gate import rao_blackwell_pass_rate, terminal_counts
@@ -53,19 +50,7 @@ from adarl.algo.selection import Correction, UnresolvedPolicy, downsample_and_co
 from adarl.algo.stopping import StoppingRule
 
 PASS_RATE_ESTIMATES = ("pool", "known", "unbiased")
-UNIFORM = (
-    "grpo",
-    "dr_grpo",
-    "rloo",
-    "raft",
-    "reinforce_baseline",
-    "ada_est",
-    "passk_training",
-    "pkpo",
-)
-FOCAL_ESTIMATORS = ("grpo", "dr_grpo", "rloo")  # group-relative: F-GRPO's factor applies
 SEQUENTIAL = ("seq_pos", "seq_balance", "fixed_pool")
-ESTIMATORS: tuple[str, ...] = UNIFORM + SEQUENTIAL
 
 _NEGLIGIBLE = 1e-300  # cells of the stopping law below this mass are skipped
 
@@ -83,70 +68,6 @@ def balanced_none_objective(p: np.ndarray | float) -> np.ndarray:
     """f(p) = ½·log(p/(1-p)) - p, whose derivative is `balanced_none_weight`."""
     p = np.asarray(p, dtype=np.float64)
     return 0.5 * np.log(p / (1.0 - p)) - p
-
-
-def _binomial(p: float, n: int) -> np.ndarray:  # [n + 1] Pr[K = j], K ~ Bin(n, p)
-    return np.array([comb(n, j) * p**j * (1.0 - p) ** (n - j) for j in range(n + 1)])
-
-
-def passk_training_weight(
-    p: np.ndarray | float,  # [...] pass rates in (0, 1)
-    *,
-    group_size: int,
-    k: int,
-    eps: float = PASSK_TRAINING_EPS,
-) -> np.ndarray:  # [...] float64
-    """Closed form of Pass@k Training's implied weight (arXiv 2508.10751; `passk_training_
-    advantages`), n = `group_size` ≥ k, K ~ Bin(n, p), R̄_K = 1 - C(n-K, k)/C(n, k):
-
-        w(p) = E[K·(1 - R̄_K)/(σ_K + ε)] / (n p (1-p)),   σ_K = √(R̄_K(1 - R̄_K)).
-
-    Derivation: by (★), K(1-p)A⁺ - (n-K)pA⁻ = [(1-R̄)(K - np) + (n-K)·p·q]/(σ+ε) with
-    q = C(n-K-1, k-1)/C(n-1, k-1), and (n-K)·q = n(1-R̄), so the bracket is K(1-R̄). Without the
-    1/(σ + ε) scale, E[K(1-R̄)] = (n-k)·p(1-p)^k and w = (1 - k/n)·(1-p)^(k-1): pass@k's
-    direction k(1-p)^(k-1) times (n-k)/(nk), the mean baseline's cost (Dr. GRPO's (n-1)/n at
-    k = 1). The 1/σ_K is a per-prompt scale, largest where the group's pass@k is near 0 or 1."""
-    p_arr = np.asarray(p, dtype=np.float64)
-    if group_size < k:
-        raise ValueError(f"Pass@k Training needs group_size >= k (got {group_size} < {k})")
-    out = np.empty(p_arr.shape)
-    n = group_size
-    total = comb(n, k)
-    mean = np.array([1.0 - comb(n - j, k) / total for j in range(n + 1)])  # R̄_K by K
-    sigma = np.sqrt(mean * (1.0 - mean))
-    term = np.arange(n + 1) * (1.0 - mean) / (sigma + eps)
-    for index, value in np.ndenumerate(p_arr):
-        pv = float(value)
-        out[index] = float(_binomial(pv, n) @ term) / (n * pv * (1.0 - pv))
-    return out
-
-
-def focal_grpo_weight(
-    p: np.ndarray | float,  # [...] pass rates in (0, 1)
-    *,
-    group_size: int,
-    gamma: float,
-    eps: float = GRPO_EPS,
-) -> np.ndarray:  # [...] float64
-    """Closed form of F-GRPO's implied weight (arXiv 2602.06717): GRPO's advantage times
-    (1 - K/n)^γ, n = `group_size` ≥ 2, K ~ Bin(n, p), σ_K = √(K(n-K)/(n(n-1))) (unbiased std):
-
-        w(p) = E[(1 - K/n)^γ · K(n-K)/(n²(σ_K + ε))] / (p(1-p))
-
-    (GRPO's own weight at γ = 0). The factor shrinks each prompt's weight by the expected power of
-    its group's failure rate: for large n, ≈ (1-p)^γ times GRPO's 1/√(p(1-p))."""
-    if group_size < 2:
-        raise ValueError(f"focal_grpo_weight needs group_size >= 2 (got {group_size})")
-    p_arr = np.asarray(p, dtype=np.float64)
-    n = group_size
-    j = np.arange(n + 1, dtype=np.float64)
-    sigma = np.sqrt(j * (n - j) / (n * (n - 1)))
-    term = (1.0 - j / n) ** gamma * j * (n - j) / (n**2 * (sigma + eps))
-    out = np.empty(p_arr.shape)
-    for index, value in np.ndenumerate(p_arr):
-        pv = float(value)
-        out[index] = float(_binomial(pv, n) @ term) / (pv * (1.0 - pv))
-    return out
 
 
 def _weight_from_cells(
@@ -178,42 +99,26 @@ def _uniform_cells(
     estimator: str,
     group_size: int,
     pass_rate_estimate: str,
-    grpo_eps: float,
-    ada_est_eps: float,
-    raft_normalization: str,
     baseline: float | None,
     objective_k: int,
-    focal_gamma: float,
-    pkpo_baseline: str,
+    options: AdvantageOptions,
 ) -> list[tuple[float, int, int, float, float]]:
+    """Cells of a uniform group of n, K ~ Bin(n, p): the registered estimator on each outcome
+    (a prompt's prior pass rate, and Ada-Est's r̄ when p is "known", are the true p)."""
+    entry = get_uniform_estimator(estimator)
     n = group_size
     cells = []
     for k in range(n + 1):
         prob = comb(n, k) * p**k * (1.0 - p) ** (n - k)
         rewards = np.concatenate([np.ones(k), np.zeros(n - k)])
-        if estimator == "passk_training":
-            adv = passk_training_advantages(rewards, k=objective_k)
-        elif estimator == "pkpo":
-            adv = pkpo_advantages(rewards, k=objective_k, baseline=pkpo_baseline)
-        elif estimator == "grpo":
-            adv = grpo_advantages(rewards, eps=grpo_eps)
-        elif estimator == "dr_grpo":
-            adv = dr_grpo_advantages(rewards)
-        elif estimator == "rloo":
-            adv = rloo_advantages(rewards)
-        elif estimator == "raft":
-            adv = raft_advantages(rewards, normalization=raft_normalization)
-        elif estimator == "reinforce_baseline":
-            adv = reinforce_baseline_advantages(
-                rewards, baseline=p if baseline is None else baseline
-            )
-        else:  # ada_est
-            adv = ada_est_advantages(
-                rewards, eps=ada_est_eps, pass_rate=p if pass_rate_estimate == "known" else None
-            )
-        if focal_gamma:
-            adv = adv * focal_scale(rewards, gamma=focal_gamma)
-        cells.append((prob, *_split(rewards > 0.5, adv)))
+        group = GroupInputs(
+            rewards=rewards,
+            k=objective_k,
+            prior_pass_rate=p if baseline is None else baseline,
+            true_pass_rate=p if pass_rate_estimate == "known" else None,
+            options=options,
+        )
+        cells.append((prob, *_split(rewards > 0.5, entry.advantages(group))))
     return cells
 
 
@@ -415,18 +320,15 @@ def implied_weight(
     initial_samples: int | None = None,
     history: tuple[float, float] = (0.0, 0.0),
     whole_pool: bool = False,
-    grpo_eps: float = GRPO_EPS,
-    ada_est_eps: float = 1e-6,
-    raft_normalization: str = "group",
     baseline: float | None = None,
-    focal_gamma: float = 0.0,
-    pkpo_baseline: str = "loo_minus_one",
+    options: AdvantageOptions | None = None,
 ) -> np.ndarray:  # [...] float64
     """Exact w(p) such that E[(1/n) Σ_kept A_j ∇log π_j] = w(p)·∇p for one prompt.
 
-    estimator: a uniform group of n = `group_size` ("grpo", "dr_grpo", "rloo", "raft",
-      "reinforce_baseline" with `baseline` (None: the true p), "ada_est", "passk_training" and
-      "pkpo" (with `pkpo_baseline`) for pass@k with k = `objective_k`), or a pool that is
+    estimator: a uniform group of n = `group_size` (a name of `adarl.algo.advantages.
+      UNIFORM_ESTIMATORS`, with its parameters in `options`; "reinforce_baseline" with
+      `baseline` (None: the true p); "passk_training" and "pkpo" for pass@k with
+      k = `objective_k`), or a pool that is
       balanced-downsampled to n and corrected with `correction` ("seq_pos" with `k`,
       "seq_balance" with `k_pos`/`k_neg` (default ⌊n/2⌋ and n-⌊n/2⌋), both capped at
       `max_samples` and sampled in rounds of `round_size`; "fixed_pool": `max_samples` uniform
@@ -444,22 +346,26 @@ def implied_weight(
       exact law (`draw_law`) is then what the expectation runs over.
     objective/alpha/objective_k: the declared f of the `selection` correction (alpha: power's
       exponent; objective_k: pass@k's k, also the k of "passk_training" and "pkpo").
-    focal_gamma: F-GRPO's factor (1 - K/n)^γ on a group-relative estimator's advantages ("grpo",
-      "dr_grpo", "rloo"); 0 = off.
+    options: a uniform estimator's parameters (`AdvantageOptions`: RAFT's normalisation, PKPO's
+      baseline, the ε of GRPO and Ada-Est, F-GRPO's γ on a group-relative estimator); None: the
+      defaults.
     """
     if pass_rate_estimate not in PASS_RATE_ESTIMATES:
         raise ValueError(
             f"unknown pass_rate_estimate {pass_rate_estimate!r}; valid: "
             f"{', '.join(PASS_RATE_ESTIMATES)}"
         )
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; valid: {', '.join(ESTIMATORS)}")
+    uniform = estimator not in SEQUENTIAL
+    if uniform and estimator not in UNIFORM_ESTIMATORS:
+        valid = ", ".join((*UNIFORM_ESTIMATORS, *SEQUENTIAL))
+        raise ValueError(f"unknown estimator {estimator!r}; valid: {valid}")
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1 (got {group_size})")
-    if focal_gamma and estimator not in FOCAL_ESTIMATORS:
+    options = AdvantageOptions() if options is None else options
+    if options.focal_gamma and estimator not in group_relative_estimators():
         raise ValueError(
-            f"focal_gamma={focal_gamma} (F-GRPO) applies to the group-relative estimators "
-            f"{FOCAL_ESTIMATORS}, not {estimator!r}"
+            f"focal_gamma={options.focal_gamma} (F-GRPO) applies to the group-relative "
+            f"estimators {group_relative_estimators()}, not {estimator!r}"
         )
     p_arr = np.asarray(p, dtype=np.float64)
     if np.any(p_arr <= 0) or np.any(p_arr >= 1):
@@ -467,19 +373,15 @@ def implied_weight(
     out = np.empty(p_arr.shape)
     for index, p_value in np.ndenumerate(p_arr):
         pv = float(p_value)
-        if estimator in UNIFORM:
+        if uniform:
             cells = _uniform_cells(
                 pv,
                 estimator=estimator,
                 group_size=group_size,
                 pass_rate_estimate=pass_rate_estimate,
-                grpo_eps=grpo_eps,
-                ada_est_eps=ada_est_eps,
-                raft_normalization=raft_normalization,
                 baseline=baseline,
                 objective_k=objective_k,
-                focal_gamma=focal_gamma,
-                pkpo_baseline=pkpo_baseline,
+                options=options,
             )
         else:
             cells = _sequential_cells(

@@ -34,6 +34,18 @@ before the learner and arrives as a per-token weight `A_t` and a response mask `
 * H — the per-token entropy of π_θ's next-token distribution (computed by the caller from
   logits, with gradient when η ≠ 0).
 
+* SimKO (Peng et al. 2025, arXiv 2510.14807; CLR-Lab/SimKO `compute_policy_loss_simko`), with
+  `simko_alpha` α > 0: on a response's high-entropy tokens (entropy above the q-quantile of its
+  own response tokens' entropies), a positive-advantage token's ratio becomes
+
+      ρ̃_t = (1 - α)·ρ_t + (α/K)·Σ_{i ≤ K} sg[ρ_t]·π_θ(v_i)/sg[π_θ(v_i)]     (`simko_ratio`)
+
+  v_1..v_K the K most likely tokens at t: ρ̃_t = ρ_t in value (so the clip acts as before) while
+  the share α of its gradient goes to raising the top-K candidates (sg = stop-gradient); and a
+  negative-advantage token whose sampled token is the most likely one gets its advantage × c
+  (`simko_negative_scale`, 1.1): the wrong mode is pushed down harder. SimKO declares no f(p)
+  objective: it moves probability among tokens of the same responses.
+
 Every policy here (π_θ, μ, π_old, π_ref) is a distribution at the rollouts' sampling
 temperature T, softmax(logits / T): the engines report log μ at T and the learner computes
 log π_θ, log π_ref and H at the same T (adarl/rollout/common.py, adarl/learner/logprobs.py).
@@ -150,6 +162,11 @@ def policy_loss(
     kl_estimator: KLEstimator = "k3",
     entropy: torch.Tensor | None = None,  # [B, T] H(π_θ(· | y_<t)), with gradient if used
     entropy_coef: float = 0.0,
+    top_logprobs: torch.Tensor | None = None,  # [B, T, K] log π_θ of the K likeliest tokens
+    is_top1: torch.Tensor | None = None,  # [B, T] bool: y_t is the likeliest token
+    simko_alpha: float = 0.0,
+    simko_entropy_quantile: float = 0.8,
+    simko_negative_scale: float = 1.1,
 ) -> PolicyLossOutput:
     """L = Agg[w · ℓ^clip] + kl_coef · Agg[k] - entropy_coef · Agg[H]; see the module docstring.
 
@@ -162,7 +179,8 @@ def policy_loss(
         train/dual_clip_fraction, train/ratio_mean (ρ),
         train/mismatch_kl (k3 estimate of KL(μ ‖ π_θ) per token: how far the engine's
         sampling distribution is from the learner's, staleness included),
-        train/is_weight_mean and train/is_truncated_fraction (with `tis_cap`).
+        train/is_weight_mean and train/is_truncated_fraction (with `tis_cap`),
+        train/simko_token_fraction (tokens SimKO changes, with `simko_alpha`).
     """
     _check_inputs(
         logprobs=logprobs,
@@ -180,6 +198,9 @@ def policy_loss(
         tis_cap=tis_cap,
         kl_coef=kl_coef,
         entropy_coef=entropy_coef,
+        top_logprobs=top_logprobs,
+        is_top1=is_top1,
+        simko_alpha=simko_alpha,
     )
     mask = response_mask.bool()
     zeros = torch.zeros_like(logprobs)
@@ -200,6 +221,14 @@ def policy_loss(
     old_logprobs = behaviour_logprobs if proximal_logprobs is None else proximal_logprobs
     log_ratio = torch.where(mask, logprobs - old_logprobs.to(logprobs.dtype), zeros)
     ratio = torch.exp(log_ratio.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO))
+    simko_tokens = None
+    if simko_alpha > 0:
+        assert entropy is not None and top_logprobs is not None and is_top1 is not None
+        high = high_entropy_tokens(entropy.detach(), mask, quantile=simko_entropy_quantile)
+        positive, negative_mode = high & (advantages > 0), high & (advantages < 0) & is_top1
+        ratio = simko_ratio(ratio, top_logprobs, alpha=simko_alpha, where=positive)
+        advantages = torch.where(negative_mode, advantages * simko_negative_scale, advantages)
+        simko_tokens = (positive | negative_mode).to(logprobs.dtype)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     token_loss = torch.maximum(unclipped, clipped)
@@ -229,6 +258,8 @@ def policy_loss(
     if dual_clip is not None:
         metrics["train/dual_clip_fraction"] = token_mean(dual_active)
     metrics["train/ratio_mean"] = token_mean(ratio)
+    if simko_tokens is not None:
+        metrics["train/simko_token_fraction"] = token_mean(simko_tokens)
     # KL(μ ‖ π_θ) from samples of μ: k3 with δ = log μ - log π_θ.
     metrics["train/mismatch_kl"] = token_mean(
         kl_estimate(behaviour_logprobs.to(logprobs.dtype), logprobs.detach(), estimator="k3")
@@ -248,6 +279,35 @@ def policy_loss(
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
+def high_entropy_tokens(
+    entropy: torch.Tensor,  # [B, T] per-token entropy
+    response_mask: torch.Tensor,  # [B, T] bool
+    *,
+    quantile: float,
+) -> torch.Tensor:  # [B, T] bool
+    """Tokens whose entropy is above the `quantile` of their own response's token entropies
+    (linear interpolation, as `torch.quantile`; SimKO's per-row 0.8-quantile)."""
+    values = entropy.float()
+    masked = torch.where(response_mask, values, torch.full_like(values, torch.nan))
+    threshold = torch.nanquantile(masked, quantile, dim=1, keepdim=True)  # [B, 1], NaN if empty
+    return response_mask & (values > threshold)
+
+
+def simko_ratio(
+    ratio: torch.Tensor,  # [B, T] ρ_t = π_θ(y_t)/π_old(y_t), with gradient
+    top_logprobs: torch.Tensor,  # [B, T, K] log π_θ of the K likeliest tokens, with gradient
+    *,
+    alpha: float,
+    where: torch.Tensor,  # [B, T] bool: the tokens to mix (positive, high-entropy)
+) -> torch.Tensor:  # [B, T]
+    """ρ̃_t = (1 - α)ρ_t + (α/K)Σ_i sg[ρ_t]·π_θ(v_i)/sg[π_θ(v_i)] where `where`, else ρ_t (module
+    docstring, SimKO). Equal to ρ_t in value; its gradient is (1 - α)∇ρ_t + α·ρ_t·mean_i ∇log
+    π_θ(v_i). (The reference code's ratio of old top-K probabilities cancels in both.)"""
+    candidates = ratio.detach().unsqueeze(-1) * torch.exp(top_logprobs - top_logprobs.detach())
+    mixed = (1.0 - alpha) * ratio + alpha * candidates.mean(dim=-1)
+    return torch.where(where, mixed, ratio)
+
+
 def _check_inputs(
     *,
     logprobs: torch.Tensor,
@@ -265,6 +325,9 @@ def _check_inputs(
     tis_cap: float | None,
     kl_coef: float,
     entropy_coef: float,
+    top_logprobs: torch.Tensor | None,
+    is_top1: torch.Tensor | None,
+    simko_alpha: float,
 ) -> None:
     shape = logprobs.shape
     if logprobs.dim() != 2:
@@ -308,3 +371,16 @@ def _check_inputs(
         raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs (a frozen reference model)")
     if entropy_coef != 0.0 and entropy is None:
         raise ValueError(f"entropy_coef={entropy_coef} needs the per-token entropy")
+    if simko_alpha != 0.0:
+        if not 0.0 < simko_alpha < 1.0:
+            raise ValueError(f"simko_alpha must be in [0, 1), got {simko_alpha}")
+        if entropy is None or top_logprobs is None or is_top1 is None:
+            raise ValueError(
+                "simko_alpha > 0 needs the per-token entropy, the top-K log-probs and the top-1 "
+                "flags (TokenScorer with top_k > 0)"
+            )
+        if top_logprobs.shape[:2] != shape or is_top1.shape != shape:
+            raise ValueError(
+                f"top_logprobs {tuple(top_logprobs.shape)} must be [B, T, K] and is_top1 "
+                f"{tuple(is_top1.shape)} [B, T] on logprobs' {tuple(shape)} positions"
+            )

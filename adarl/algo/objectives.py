@@ -1,4 +1,4 @@
-"""Per-prompt objectives J_f = E_x f(p(x)) and their weights w = f'.
+"""Per-prompt objectives J_f = E_x f(p(x)) and their weights w = f', one registry of them.
 
 Every estimator in adarl estimates, per prompt, w(p)·∇p for some weight w; the objective it
 optimises is then f = ∫ w. Table (seed 000 "f-objectives", seed 001 §"Which nonlinear
@@ -14,56 +14,98 @@ objective", `shared/MATH.md` §Objectives):
     logit      log(p/(1-p))    1/(p(1-p))          (log p for coverage + -log(1-p) for accuracy;
                                                     docs/algorithms.md §Coverage)
 
+`OBJECTIVES` maps each config name (`allocator.group.objective`) to its builder, registered with
+`@objective("name")` next to it; config validation, the selection correction and the objective
+declaration read it, so adding an objective is one builder and its test. A builder takes the
+family's parameters by keyword (`alpha`: power's exponent α; `objective_k`: pass@k's integer
+k ≥ 1, in samples) and returns an `Objective`: f, w, the selection coefficient h = w·p(1-p) in
+closed form, and the objective in words.
+
 `Objective.f` and `Objective.w` accept numpy arrays *or* torch tensors (so tests can
 differentiate J_f through a softmax policy with autograd); numpy inputs come back as float64.
-`power` takes its exponent α (`alpha`), `pass_at_k` its integer k ≥ 1 (`objective_k`, in samples:
-the attempts pass@k counts). Weights of log/arcsin/power diverge at p ∈ {0, 1}: finite-sample
-estimates p̂ must be clipped (`clip_pass_rate`) or Beta-smoothed (`beta_smoothed_pass_rate`)
-before calling `w`.
+This module never imports torch itself (a tensor's own methods do the math), so validating a
+config stays light. Weights of log/arcsin/power diverge at p ∈ {0, 1}: finite-sample estimates p̂
+must be clipped (`clip_pass_rate`) or Beta-smoothed (`beta_smoothed_pass_rate`) before calling
+`w`.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 ArrayLike = Any  # np.ndarray | torch.Tensor | float
 
 
+def _is_tensor(p: object) -> bool:
+    """A torch tensor, without importing torch: a caller holding one has imported it."""
+    torch_module = sys.modules.get("torch")
+    return torch_module is not None and isinstance(p, torch_module.Tensor)
+
+
 def _as_array(p: ArrayLike) -> np.ndarray | torch.Tensor:
     """Torch tensors pass through (autograd); everything else becomes float64 numpy."""
-    if isinstance(p, torch.Tensor):
+    if _is_tensor(p):
         return p
     return np.asarray(p, dtype=np.float64)
 
 
 def _log(p: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    return torch.log(p) if isinstance(p, torch.Tensor) else np.log(p)
+    return p.log() if _is_tensor(p) else np.log(p)
 
 
 def _sqrt(p: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    return torch.sqrt(p) if isinstance(p, torch.Tensor) else np.sqrt(p)
+    return p.sqrt() if _is_tensor(p) else np.sqrt(p)
 
 
 def _arcsin(p: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    return torch.asin(p) if isinstance(p, torch.Tensor) else np.arcsin(p)
+    return p.asin() if _is_tensor(p) else np.arcsin(p)
 
 
 @dataclass(frozen=True)
 class Objective:
-    """A per-prompt objective f(p) and its weight w(p) = f'(p).
+    """A per-prompt objective f(p), its weight w(p) = f'(p) and its selection coefficient.
 
-    Both callables map a pass rate array `p  # [...]` to an array of the same shape.
+    `f` and `w` map a pass rate array `p  # [...]` to an array of the same shape. `h` is
+    h(p) = w(p)·p·(1-p) in closed form, finite on all of [0, 1] (numpy only; see
+    `selection_weight`). `text` says the objective in words with its weight, for the run's
+    objective declaration (adarl/allocator/objective.py).
     """
 
     name: str
     f: Callable[[ArrayLike], ArrayLike]
     w: Callable[[ArrayLike], ArrayLike]
+    h: Callable[[np.ndarray], np.ndarray]
+    text: str
+
+
+class ObjectiveBuilder(Protocol):
+    def __call__(self, *, alpha: float, objective_k: int) -> Objective: ...
+
+
+OBJECTIVES: dict[str, ObjectiveBuilder] = {}
+"""Every objective by config name: its builder (`@objective`), called with the family's
+parameters (`alpha`, `objective_k`; each family reads the one it has, if any)."""
+
+
+def objective(name: str) -> Callable[[ObjectiveBuilder], ObjectiveBuilder]:
+    """Register an objective builder under its config name `name`."""
+
+    def register(build: ObjectiveBuilder) -> ObjectiveBuilder:
+        if name in OBJECTIVES:
+            raise ValueError(f"objective {name!r} is registered twice")
+        OBJECTIVES[name] = build
+        return build
+
+    return register
 
 
 def _linear_f(p: ArrayLike) -> ArrayLike:
@@ -75,12 +117,24 @@ def _linear_w(p: ArrayLike) -> ArrayLike:
     return p * 0.0 + 1.0
 
 
+@objective("linear")
+def linear_objective(*, alpha: float = 0.5, objective_k: int = 8) -> Objective:
+    """f(p) = p, w = 1, h = p(1-p): the expected reward itself (RLOO's, REINFORCE's)."""
+    return Objective("linear", _linear_f, _linear_w, lambda p: p * (1.0 - p), "p (weight 1)")
+
+
 def _log_f(p: ArrayLike) -> ArrayLike:
     return _log(_as_array(p))
 
 
 def _log_w(p: ArrayLike) -> ArrayLike:
     return 1.0 / _as_array(p)
+
+
+@objective("log")
+def log_objective(*, alpha: float = 0.5, objective_k: int = 8) -> Objective:
+    """f(p) = log p, w = 1/p, h = 1 - p (linear in p: an unbiased p̂ gives an unbiased h(p̂))."""
+    return Objective("log", _log_f, _log_w, lambda p: 1.0 - p, "log p (weight 1/p)")
 
 
 def _arcsin_f(p: ArrayLike) -> ArrayLike:
@@ -90,6 +144,18 @@ def _arcsin_f(p: ArrayLike) -> ArrayLike:
 def _arcsin_w(p: ArrayLike) -> ArrayLike:
     p = _as_array(p)
     return 1.0 / _sqrt(p * (1.0 - p))
+
+
+@objective("arcsin")
+def arcsin_objective(*, alpha: float = 0.5, objective_k: int = 8) -> Objective:
+    """f(p) = 2·arcsin √p, w = 1/√(p(1-p)), h = √(p(1-p)) (GRPO's as n → ∞, seed 001)."""
+    return Objective(
+        "arcsin",
+        _arcsin_f,
+        _arcsin_w,
+        lambda p: np.sqrt(p * (1.0 - p)),
+        "2·arcsin √p (weight 1/√(p(1-p)))",
+    )
 
 
 def _logit_f(p: ArrayLike) -> ArrayLike:
@@ -102,20 +168,23 @@ def _logit_w(p: ArrayLike) -> ArrayLike:
     return 1.0 / (p * (1.0 - p))
 
 
-OBJECTIVES: dict[str, Objective] = {
-    "linear": Objective("linear", _linear_f, _linear_w),
-    "log": Objective("log", _log_f, _log_w),
-    "arcsin": Objective("arcsin", _arcsin_f, _arcsin_w),
-    "logit": Objective("logit", _logit_f, _logit_w),
-}
-"""The parameter-free objectives by name; `power` is built by `power_objective(alpha)`,
-`pass_at_k` by `pass_at_k_objective(k)`."""
+@objective("logit")
+def logit_objective(*, alpha: float = 0.5, objective_k: int = 8) -> Objective:
+    """f(p) = log(p/(1-p)), w = 1/(p(1-p)), h = 1: its correction needs no pass-rate estimate
+    (docs/algorithms.md §Coverage)."""
+    return Objective(
+        "logit",
+        _logit_f,
+        _logit_w,
+        np.ones_like,
+        "logit p = log p - log(1 - p) (weight 1/(p(1 - p)))",
+    )
 
-OBJECTIVE_NAMES: tuple[str, ...] = (*OBJECTIVES, "power", "pass_at_k")
 
-
-def power_objective(alpha: float) -> Objective:
-    """f(p) = p^α, w(p) = α·p^(α-1) (seed 001, "power family"; α = 1 is linear, α → 0 is log)."""
+@objective("power")
+def power_objective(alpha: float, *, objective_k: int = 8) -> Objective:
+    """f(p) = p^α, w(p) = α·p^(α-1), h = α·p^α·(1-p) (seed 001, "power family"; α = 1 is linear,
+    α → 0 is log)."""
     if not (math.isfinite(alpha) and alpha > 0.0):
         raise ValueError(f"power objective needs alpha > 0 (got alpha={alpha}); try alpha=0.5")
 
@@ -125,7 +194,10 @@ def power_objective(alpha: float) -> Objective:
     def w(p: ArrayLike) -> ArrayLike:
         return alpha * _as_array(p) ** (alpha - 1.0)
 
-    return Objective(f"power({alpha:g})", f, w)
+    def h(p: np.ndarray) -> np.ndarray:
+        return alpha * p**alpha * (1.0 - p)
+
+    return Objective(f"power({alpha:g})", f, w, h, f"p^{alpha:g}")
 
 
 def check_objective_k(k: int) -> int:
@@ -135,11 +207,12 @@ def check_objective_k(k: int) -> int:
     return int(k)
 
 
-def pass_at_k_objective(k: int) -> Objective:
-    """f(p) = 1 - (1-p)^k, the probability that one of k samples is correct; w(p) = k·(1-p)^(k-1)
-    (`shared/MATH.md` §Coverage; ∇pass@k = k(1-p)^(k-1)·∇p, arXiv 2511.16231). k = 1 is linear.
-    Finite on [0, 1]: w(0) = k, w(1) = 0 (1 for k = 1)."""
-    k = check_objective_k(k)
+@objective("pass_at_k")
+def pass_at_k_objective(objective_k: int, *, alpha: float = 0.5) -> Objective:
+    """f(p) = 1 - (1-p)^k, the probability that one of k samples is correct; w(p) = k·(1-p)^(k-1),
+    h = k·p·(1-p)^k (`shared/MATH.md` §Coverage; ∇pass@k = k(1-p)^(k-1)·∇p, arXiv 2511.16231).
+    k = 1 is linear. Finite on [0, 1]: w(0) = k, w(1) = 0 (1 for k = 1)."""
+    k = check_objective_k(objective_k)
 
     def f(p: ArrayLike) -> ArrayLike:
         return 1.0 - (1.0 - _as_array(p)) ** k
@@ -147,22 +220,22 @@ def pass_at_k_objective(k: int) -> Objective:
     def w(p: ArrayLike) -> ArrayLike:
         return k * (1.0 - _as_array(p)) ** (k - 1)
 
-    return Objective(f"pass@{k}", f, w)
+    def h(p: np.ndarray) -> np.ndarray:
+        return k * p * (1.0 - p) ** k
+
+    return Objective(f"pass@{k}", f, w, h, f"pass@{k}: 1 - (1 - p)^{k} (weight {k}(1 - p)^{k - 1})")
 
 
 def get_objective(name: str, *, alpha: float = 0.5, objective_k: int = 8) -> Objective:
-    """The objective called `name` (one of `OBJECTIVE_NAMES`); `alpha` is used only by "power",
+    """The objective registered as `name` (one of `OBJECTIVES`); `alpha` is used only by "power",
     `objective_k` only by "pass_at_k"."""
-    if name == "power":
-        return power_objective(alpha)
-    if name == "pass_at_k":
-        return pass_at_k_objective(objective_k)
     try:
-        return OBJECTIVES[name]
+        build = OBJECTIVES[name]
     except KeyError:
         raise ValueError(
-            f"unknown objective {name!r}; valid names: {', '.join(OBJECTIVE_NAMES)}"
+            f"unknown objective {name!r}; valid names: {', '.join(OBJECTIVES)}"
         ) from None
+    return build(alpha=alpha, objective_k=objective_k)
 
 
 def objective_weight(
@@ -186,32 +259,18 @@ def selection_weight(
 ) -> np.ndarray:
     """h(p) = w(p)·p·(1-p), the coefficient of the selection correction (MATH.md §Selection).
 
-    Closed forms, finite on all of [0, 1] so no clipping is needed: linear p(1-p), log 1-p,
-    arcsin √(p(1-p)), power α·p^α·(1-p), pass_at_k k·p·(1-p)^k, logit 1. For log, h is linear in
-    p, so an unbiased p̂ gives an unbiased h(p̂) (see `adarl.algo.gate.rao_blackwell_pass_rate`);
-    pass@k's h is a polynomial of degree k + 1, so an unbiased p̂ leaves a bias of order
-    Var(p̂)·h''(p) (reported exactly by `adarl.algo.implied.implied_weight`); logit's h is
-    constant, so its correction needs no pass-rate estimate at all.  p: [...] -> [...] float64.
+    Closed forms (`Objective.h`), finite on all of [0, 1] so no clipping is needed: linear
+    p(1-p), log 1-p, arcsin √(p(1-p)), power α·p^α·(1-p), pass_at_k k·p·(1-p)^k, logit 1. For log,
+    h is linear in p, so an unbiased p̂ gives an unbiased h(p̂) (see
+    `adarl.algo.gate.rao_blackwell_pass_rate`); pass@k's h is a polynomial of degree k + 1, so an
+    unbiased p̂ leaves a bias of order Var(p̂)·h''(p) (reported exactly by
+    `adarl.algo.implied.implied_weight`); logit's h is constant, so its correction needs no
+    pass-rate estimate at all.  p: [...] -> [...] float64.
     """
     p = np.asarray(p, dtype=np.float64)
     if np.any(p < 0) or np.any(p > 1):
         raise ValueError("pass rates must lie in [0, 1]")
-    if objective == "linear":
-        return p * (1.0 - p)
-    if objective == "log":
-        return 1.0 - p
-    if objective == "arcsin":
-        return np.sqrt(p * (1.0 - p))
-    if objective == "power":
-        power_objective(alpha)  # validates alpha
-        return alpha * p**alpha * (1.0 - p)
-    if objective == "pass_at_k":
-        k = check_objective_k(objective_k)
-        return k * p * (1.0 - p) ** k
-    if objective == "logit":
-        return np.ones_like(p)
-    get_objective(objective)  # raises the standard unknown-name error
-    raise AssertionError("unreachable")
+    return get_objective(objective, alpha=alpha, objective_k=objective_k).h(p)
 
 
 def clip_pass_rate(p_hat: ArrayLike, *, delta: float) -> np.ndarray:

@@ -7,23 +7,16 @@ sampler (`uniform`, `seq_pos`, `seq_balance` streaming or in rounds, `dynamic_fi
 
 from adarl.allocator.allocator import BudgetAllocator, CarriedGroup, StepResult, StreamUpdate
 from adarl.allocator.build import build_allocator, build_group_builder, build_sampler
-from adarl.allocator.group_builder import AdvantageMode, GroupBuilder
-from adarl.allocator.samplers import (
-    DispatchMode,
-    Draw,
-    DynamicFilterSampler,
-    PromptHistory,
-    PromptStatus,
-    Sampler,
-    SequentialSampler,
-    UniformSampler,
-)
+from adarl.allocator.group_builder import GroupBuilder
+from adarl.allocator.samplers.base import Draw, PromptHistory, PromptStatus, Sampler
+from adarl.allocator.samplers.dynamic_filter import DynamicFilterSampler
 from adarl.allocator.samplers.estimation import AdaEstSampler, GvmSampler
+from adarl.allocator.samplers.sequential import DispatchMode, SequentialSampler
+from adarl.allocator.samplers.uniform import UniformSampler
 from adarl.allocator.stats import PromptStats, PromptStatsStore
 
 __all__ = [
     "AdaEstSampler",
-    "AdvantageMode",
     "BudgetAllocator",
     "CarriedGroup",
     "DispatchMode",

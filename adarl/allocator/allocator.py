@@ -1,38 +1,41 @@
 """`BudgetAllocator`: per-prompt statistics, the step's stream of `PromptRequest`s, kept groups.
 
 A plain class (`adarl.cluster` wraps it as a Ray actor; every public method is a plain method so
-that it can be called remotely). One step, as the driver runs it (`codec`: `PromptCodec`):
+that it can be called remotely). The rollout phase's `RolloutStream` (adarl/rollout_phase.py;
+the benchmarks and component tests run the same loop on a simulated rollout pool) makes one
+`update` call per wave, each answered by a `StreamUpdate`:
 
-    submit(allocator.start_step(step, examples))              # first draws of every prompt
-    # (the driver sends the start, each wave of results and the finish in `update` calls:
-    #  one round trip per wave; see `update`)
-    while not allocator.step_complete():
-        if (k := allocator.needs_prompts()):                   # dynamic filter refills
-            submit(allocator.add_prompts(source.take(k)))       # [] = no prompts left
-            continue
-        result = rollout_pool.next_completed()
-        request, sent = in_flight.pop(result.request_id)
-        scored = reward_pool.score(codec.rollouts(request, sent, result), [request.example] * n)
-        submit(allocator.observe(result.request_id, scored))
-    step_result = allocator.finish_step(engine_utilisation=pool_util)  # groups, counts, metrics
-    batch = TrainBatch.from_groups(step_result.groups, pad_token_id=codec.pad_token_id)
+    state = allocator.update(begin=(step, examples), finish_when_complete=True)
+    while state.result is None:
+        dispatch(state.requests)              # PromptRequests, through the codec, to the engines
+        if state.hints:                       # collapsed prompts (the hint stage)
+            answer = {"hints": hint_generator.hints(state.hints)}
+        elif state.statistics is not None:    # GVM's gradient norms of its pilot
+            answer = {"statistics": learners.sample_statistics(state.statistics, ...)}
+        elif state.prompts_wanted:            # refills (dynamic filter, a rollout budget)
+            answer = {"new_examples": prompts.next_batch(state.prompts_wanted)}
+        else:                                 # every result back by now, scored in one call
+            answer = {"results": [(request_id, scored_rollouts), ...]}
+        state = allocator.update(**answer, finish_when_complete=True)
+    groups = state.result.groups              # and the step's counts and metrics
 
-(`submit` turns `PromptRequest`s into `GenerationRequest`s with the codec and hands them to
-`rollout_pool.submit`; `adarl.bench.sampler.run_real_step` is a complete, runnable version.)
+With a pool reward stage (DRO's R3) the call that completes the step does not finish it:
+`finished_pools`, `rescore_pools` and `finish_step` follow (adarl/allocator/pool_reward.py).
 
 Requests are seeded and named from (seed, step, prompt id, draw index), so the same inputs give
 the same requests whatever the order results come back in, and a restored allocator continues
 exactly. Surplus kept groups (dynamic filter) are carried to later steps, oldest first, each
 with the step that produced it and its weight version, until `max_carry_age_steps` expires it.
 
-Overlapping steps (`max_open_steps` > 1, `rollout.cross_step_allocation`): `update(begin=...)` may
-open step t+1 while step t still samples, so that t+1's first draws fill the engines t's tail
-leaves idle. Each open step is a lane with its own pools, requests and sampler (a fresh copy of
-the configured one: only samplers whose `start_step` resets everything, `steps_independent`);
-results are routed to the lane that holds their request; steps finish in the order they opened,
-and `complete`/`result` of an update are the oldest open step's. The per-prompt statistics are
-shared: a step reads the records of the steps finished before it opened (with overlap, usually
-not its predecessor's).
+Each open step is one record (`OpenStep`, adarl/allocator/open_step.py): its prompts, pools,
+requests in flight, statistics request, counters and the sampler running it. Overlapping steps
+(`max_open_steps` > 1, `rollout.cross_step_allocation`): `update(begin=...)` may open step t+1
+while step t still samples, so that t+1's first draws fill the engines t's tail leaves idle. Each
+runs a fresh copy of the configured sampler (only samplers whose `start_step` resets everything,
+`steps_independent`); a result goes to the step holding its request; steps finish in the order
+they opened, and the rest of an update (refills, statistics, hints, `complete`, `result`) is the
+oldest open step's. The per-prompt statistics are shared: a step reads the records of the steps
+finished before it opened (with overlap, usually not its predecessor's).
 """
 
 from __future__ import annotations
@@ -48,11 +51,15 @@ from typing import Any
 from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import step_metrics
-from adarl.allocator.pool_reward import FinishedPool, PoolStatisticsObserver, RescoredPool
+
+# CarriedGroup is also the name earlier checkpoints' carried groups unpickle by.
+from adarl.allocator.open_step import CarriedGroup, OpenRequest, OpenStep, no_open_step_state
 from adarl.allocator.samplers.base import (
+    HintHost,
     PromptHistory,
     PromptStatus,
     Sampler,
+    capability,
     check_new_prompt_ids,
     derive_seed,
     is_positive,
@@ -60,8 +67,10 @@ from adarl.allocator.samplers.base import (
 from adarl.allocator.stats import PromptStats, PromptStatsStore
 from adarl.hints.types import Hint, HintRequest
 from adarl.types import (
+    FinishedPool,
     Group,
     PromptRequest,
+    RescoredPool,
     ScoredRollout,
     StatisticsReply,
     StatisticsRequest,
@@ -69,15 +78,6 @@ from adarl.types import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CarriedGroup:
-    """A kept group waiting for a later step: produced at `step` by policy `weight_version`."""
-
-    group: Group
-    step: int
-    weight_version: int
 
 
 @dataclass(frozen=True)
@@ -118,34 +118,6 @@ class StreamUpdate:
     result: StepResult | None = None
 
 
-@dataclass
-class _OpenRequest:
-    prompt_id: str
-    num_samples: int
-
-
-# A step's own state: what `_reset_step` sets, and the sampler running it. With overlapping steps
-# (`max_open_steps` > 1) the steps not being worked on are parked as these fields' values and
-# swapped back when a call touches them, so every method below reads one step at a time.
-_LANE_FIELDS = (
-    "_step",
-    "_examples",
-    "_pools",
-    "_open",
-    "_finish_order",
-    "_carried_in",
-    "_carried_expired",
-    "_requests",
-    "_duplicates_skipped",
-    "_statistics_request",
-    "_statistics_asked",
-    "_statistics_prompts",
-    "_compute_s",
-    "_calls",
-    "sampler",
-)
-
-
 class BudgetAllocator:
     def __init__(
         self,
@@ -182,7 +154,8 @@ class BudgetAllocator:
         self.max_open_steps = max_open_steps
         # The configured sampler before any step: each overlapping step runs a copy of it.
         self._fresh_sampler = copy.deepcopy(sampler) if max_open_steps > 1 else None
-        self._parked: dict[int, dict[str, Any]] = {}  # step -> its lane (`_LANE_FIELDS`)
+        # The sampler of the oldest open step (of the last one finished when none is open): a
+        # step opened while no other is runs it, so its state carries from step to step.
         self.sampler = sampler
         self.group_builder = group_builder
         self.stats = stats if stats is not None else PromptStatsStore()
@@ -192,41 +165,19 @@ class BudgetAllocator:
         self.hints = hints
         self.prior_pool = prior_pool
         if hints is not None:
-            hints.samples_per_condition = sampler.prompt_allowance()
+            host = _hint_host(capability(sampler, HintHost), sampler)
+            hints.samples_per_condition = host.prompt_allowance()
         self._carry: list[CarriedGroup] = []
         self._last_metrics: dict[str, float] = {}
-        self._reset_step()
-
-    def _reset_step(self) -> None:
-        self._step: int | None = None
-        self._examples: dict[str, TaskExample] = {}
-        self._pools: dict[str, list[ScoredRollout]] = {}
-        self._open: dict[str, _OpenRequest] = {}
-        self._finish_order: list[str] = []
-        self._carried_in: list[CarriedGroup] = []
-        self._carried_expired = 0
-        self._requests = 0
-        self._duplicates_skipped = 0
-        # The open statistics request, the prompts it asks about, and the prompt id of each of
-        # its rollouts in order (None / empty: none open).
-        self._statistics_request: StatisticsRequest | None = None
-        self._statistics_asked: list[str] = []
-        self._statistics_prompts: list[str] | None = None
-        # Time inside the driver-facing calls of this step, and how many there were: with the
-        # allocator an actor, the driver's `timing/allocator_s` minus this is the round trips.
-        self._compute_s = 0.0
-        self._calls = 0
+        self._steps: dict[int, OpenStep] = {}  # the open steps by number, oldest first
 
     # -- the step ----------------------------------------------------------------------------
 
     def start_step(self, step: int, examples: Sequence[TaskExample]) -> list[PromptRequest]:
         """Begin `step` with a batch of prompts; returns the first requests to dispatch. With
-        `max_open_steps` > 1 the steps open before keep sampling (the last opened is the one
-        worked on until the next call routes elsewhere)."""
+        `max_open_steps` > 1 the steps open before keep sampling."""
         started = time.perf_counter()
         requests = self._start_step(step, examples)
-        oldest = min(self.open_steps())
-        self._switch_to(oldest)
         self._count_call(started)
         return requests
 
@@ -234,18 +185,17 @@ class BudgetAllocator:
         """Close every open step without groups or statistics (the run ends before they train;
         their requests must have returned or been abandoned by the caller). Returns them."""
         closed = self.open_steps()
-        self._parked.clear()
-        self._reset_step()
+        self._steps.clear()
         return closed
 
     def open_steps(self) -> list[int]:
         """The steps started and not finished, oldest first (one unless steps overlap)."""
-        current = [] if self._step is None else [self._step]
-        return sorted(current + list(self._parked))
+        return sorted(self._steps)
 
     def _start_step(self, step: int, examples: Sequence[TaskExample]) -> list[PromptRequest]:
         check_new_prompt_ids([e.prompt_id for e in examples], {}, what="start_step")
         open_steps = self.open_steps()
+        sampler = self.sampler
         if open_steps:
             if len(open_steps) >= self.max_open_steps:
                 raise RuntimeError(
@@ -262,41 +212,36 @@ class BudgetAllocator:
                     f"start_step({step}): step {open_steps[-1]} is open already; steps open in "
                     "increasing order"
                 )
-            self._park()
             assert self._fresh_sampler is not None
-            self.sampler = copy.deepcopy(self._fresh_sampler)
-        self._reset_step()
-        self._step = step
-        self._take_carried(step)
-        self._enter(examples)
+            sampler = copy.deepcopy(self._fresh_sampler)
+        current = self._steps[step] = OpenStep.open(step, sampler)
+        self._take_carried(current)
+        current.enter(examples)
+        ids = [e.prompt_id for e in examples]
         if self.hints is not None:
-            self.hints.start_step(step, [e.prompt_id for e in examples])
-        self.sampler.start_step(
-            step,
-            [e.prompt_id for e in examples],
-            self._history([e.prompt_id for e in examples]),
-            carried_groups=len(self._carried_in),
+            self.hints.start_step(step, ids)
+        sampler.start_step(
+            step, ids, self._history(current, ids), carried_groups=len(current.carried_in)
         )
-        return self._dispatch()
+        return self._dispatch(current)
 
     def needs_prompts(self) -> int:
-        """How many more prompts the step wants now (dynamic filter); 0 otherwise."""
-        return self.sampler.needs_prompts() if self._step is not None else 0
+        """How many more prompts the step wants now (refills); 0 otherwise."""
+        return self._oldest().sampler.needs_prompts() if self._steps else 0
 
     def add_prompts(self, examples: Sequence[TaskExample]) -> list[PromptRequest]:
         """Prompts answering `needs_prompts()`. An empty list, or one holding only prompts this
         step already has (skipped and counted), tells the sampler the source has no more."""
-        self._require_open("add_prompts")
-        fresh = [e for e in examples if e.prompt_id not in self._examples]
+        current = self._oldest("add_prompts")
+        fresh = [e for e in examples if e.prompt_id not in current.examples]
         fresh = list({e.prompt_id: e for e in fresh}.values())
-        self._duplicates_skipped += len(examples) - len(fresh)
-        self._enter(fresh)
+        current.duplicates_skipped += len(examples) - len(fresh)
+        current.enter(fresh)
+        ids = [e.prompt_id for e in fresh]
         if self.hints is not None:
-            self.hints.add_prompts([e.prompt_id for e in fresh])
-        self.sampler.add_prompts(
-            [e.prompt_id for e in fresh], self._history([e.prompt_id for e in fresh])
-        )
-        return self._dispatch()
+            self.hints.add_prompts(ids)
+        current.sampler.add_prompts(ids, self._history(current, ids))
+        return self._dispatch(current)
 
     def _pool_key(self, example: TaskExample) -> str | None:
         """The prompts an unseen prompt's prior is pooled from: its difficulty's, or the
@@ -305,13 +250,13 @@ class BudgetAllocator:
             return None
         return f"difficulty={example.difficulty:g}"
 
-    def _history(self, prompt_ids: Sequence[str]) -> dict[str, PromptHistory]:
+    def _history(self, current: OpenStep, prompt_ids: Sequence[str]) -> dict[str, PromptHistory]:
         """Every earlier outcome of each prompt as the samplers read it: its record discounted to
         this step and the prior pooled from its pool (adarl/allocator/stats.py)."""
         return self.stats.history(
             prompt_ids,
-            step=self._step,
-            pools={pid: self._pool_key(self._examples[pid]) for pid in prompt_ids},
+            step=current.step,
+            pools={pid: self._pool_key(current.examples[pid]) for pid in prompt_ids},
         )
 
     def predicted_collapses(self, step: int, examples: Sequence[TaskExample]) -> list[str]:
@@ -328,40 +273,36 @@ class BudgetAllocator:
         return self.hints.predicted_collapses({pid: history[pid] for pid in ids})
 
     def observe(self, request_id: str, scored: Sequence[ScoredRollout]) -> list[PromptRequest]:
-        """Every scored rollout of one request; returns the requests this result unlocks."""
-        self._require_open("observe")
-        try:
-            request = self._open.pop(request_id)
-        except KeyError:
-            raise KeyError(
-                f"observe: unknown request id {request_id!r} (not open in step {self._step}); "
-                "pass each request's results exactly once, before finish_step()"
-            ) from None
+        """Every scored rollout of one request; returns the requests this result unlocks (for
+        the step holding the request)."""
+        current = self._holding(request_id)
+        request = current.in_flight.pop(request_id)
         if len(scored) != request.num_samples:
-            self._open[request_id] = request
+            current.in_flight[request_id] = request
             raise ValueError(
                 f"observe({request_id!r}): got {len(scored)} scored rollouts for a request of "
                 f"{request.num_samples}; pass all of a request's rollouts together"
             )
         for item in scored:
             if item.rollout.prompt_id != self._task_prompt_id(request.prompt_id):
-                self._open[request_id] = request
+                current.in_flight[request_id] = request
                 raise ValueError(
                     f"observe({request_id!r}): rollout of prompt {item.rollout.prompt_id!r} in "
                     f"a request for {request.prompt_id!r}"
                 )
-        self._pools[request.prompt_id].extend(scored)
-        self.sampler.observe(request.prompt_id, [s.reward for s in scored])
+        pid = request.prompt_id
+        current.pools[pid].extend(scored)
+        current.sampler.observe(pid, [s.reward for s in scored])
         if self.hints is not None and self.hints.after_observe(
-            request.prompt_id,
-            self._pools[request.prompt_id],
-            self._examples[request.prompt_id],
-            sampling_ended=self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING,
+            pid,
+            current.pools[pid],
+            current.examples[pid],
+            sampling_ended=current.sampler.verdict(pid) is not PromptStatus.SAMPLING,
         ):
-            self.sampler.abandon(request.prompt_id)  # collapsed: re-rolled with a hint
-        if self.sampler.verdict(request.prompt_id) is not PromptStatus.SAMPLING:
-            self._finish_order.append(request.prompt_id)
-        return self._dispatch()
+            _hint_host(current.hooks.hints, current.sampler).abandon(pid)  # re-rolled with a hint
+        if current.sampler.verdict(pid) is not PromptStatus.SAMPLING:
+            current.finish_order.append(pid)
+        return self._dispatch(current)
 
     def update(
         self,
@@ -379,20 +320,19 @@ class BudgetAllocator:
         `statistics` is given, it answers the open statistics request. Returns the requests all
         of it unlocked, any statistics request, and the step's state; with
         `finish_when_complete`, a call that leaves the step complete also finishes it
-        (`finish_step`) and returns its `StepResult`. One call, one round trip."""
+        (`finish_step`) and returns its `StepResult`. One call, one round trip. With overlapping
+        steps, each result goes to its own step and the rest is the oldest open step's."""
         started = time.perf_counter()
         requests: list[PromptRequest] = []
         if begin is not None:
-            if self._step is not None and self.max_open_steps == 1:
+            if self._steps and self.max_open_steps == 1:
                 raise RuntimeError(
-                    f"update(begin={begin[0]}): step {self._step} is still open; finish it first"
+                    f"update(begin={begin[0]}): step {self.open_steps()[0]} is still open; "
+                    "finish it first"
                 )
             requests += self._start_step(*begin)
         for request_id, scored in results:
-            self._switch_to(self._lane_of(request_id))
             requests += self.observe(request_id, scored)
-        if self._parked:  # what follows is the oldest step's (the one the driver waits for)
-            self._switch_to(min(self.open_steps()))
         if new_examples is not None:
             requests += self.add_prompts(new_examples)
         if statistics is not None:
@@ -422,13 +362,14 @@ class BudgetAllocator:
         sampler_id = self.hints.on_hint(hint)
         if sampler_id is None:
             return []
-        self._examples[sampler_id] = self._examples[hint.prompt_id]
-        self._pools[sampler_id] = []
+        current = self._oldest("update(hints=...)")
+        current.examples[sampler_id] = current.examples[hint.prompt_id]
+        current.pools[sampler_id] = []
         # Paid from the hint stage's budget (hints.max_extra_rollouts_fraction), not from the
         # samples the step's unhinted prompts may still draw.
-        self.sampler.fund([sampler_id])
-        self.sampler.add_prompts([sampler_id], self.stats.history([sampler_id]))
-        return self._dispatch()
+        _hint_host(current.hooks.hints, current.sampler).fund([sampler_id])
+        current.sampler.add_prompts([sampler_id], self.stats.history([sampler_id]))
+        return self._dispatch(current)
 
     def _task_prompt_id(self, sampler_id: str) -> str:
         """The task prompt a sampler-side id stands for (itself, or x for a hinted x@hℓ)."""
@@ -438,12 +379,14 @@ class BudgetAllocator:
 
     def step_complete(self) -> bool:
         """True once nothing is in flight and the sampler wants no more draws or prompts."""
+        if not self._steps:
+            return False
+        current = self._oldest()
         return (
-            self._step is not None
-            and not self._open
-            and self._statistics_prompts is None
+            not current.in_flight
+            and current.statistics_prompts is None
             and not (self.hints is not None and self.hints.busy())
-            and self.sampler.done()
+            and current.sampler.done()
         )
 
     def _poll_statistics(self) -> tuple[StatisticsRequest | None, list[PromptRequest]]:
@@ -454,87 +397,72 @@ class BudgetAllocator:
         samples (reward > positive_threshold). With none accepted at all, every asked prompt
         gets 0 at once.
         """
-        if self._statistics_request is not None or self._step is None or self._open:
-            return self._statistics_request, []
-        wanted = self.sampler.statistics_wanted()
+        if not self._steps:
+            return None, []
+        current = self._oldest()
+        if current.statistics_request is not None or current.in_flight:
+            return current.statistics_request, []
+        wanted = current.hooks.statistics_wanted()
         if not wanted:
             return None, []
-        accepted = [
-            (pid, s)
-            for pid in wanted
-            for s in self._pools[pid]
-            if is_positive(s.reward, self.positive_threshold)
-        ]
-        self._statistics_asked = list(wanted)
-        self._statistics_prompts = [pid for pid, _ in accepted]
-        self._statistics_request = StatisticsRequest(
-            step=self._step, kind="gradient_norm", rollouts=tuple(s for _, s in accepted)
-        )
-        if accepted:
-            return self._statistics_request, []
+        request = current.ask_statistics(wanted, positive_threshold=self.positive_threshold)
+        if request.rollouts:
+            return request, []
         empty = StatisticsReply(kind="gradient_norm", values=(), weight_version=-1)
         return None, self._observe_statistics(empty)
 
     def _observe_statistics(self, reply: StatisticsReply) -> list[PromptRequest]:
-        if self._statistics_prompts is None or self._statistics_request is None:
+        if not self._steps:
             raise RuntimeError("update(statistics=...): no statistics request is open")
-        if len(reply.values) != len(self._statistics_prompts):
-            raise ValueError(
-                f"statistics reply has {len(reply.values)} values for a request of "
-                f"{len(self._statistics_prompts)} rollouts; answer every rollout, in order"
-            )
-        sums: dict[str, float] = {pid: 0.0 for pid in self._statistics_asked}
-        counts: dict[str, int] = {pid: 0 for pid in self._statistics_asked}
-        for pid, value in zip(self._statistics_prompts, reply.values, strict=True):
-            sums[pid] += float(value)
-            counts[pid] += 1
-        means = {pid: sums[pid] / counts[pid] if counts[pid] else 0.0 for pid in sums}
-        self._statistics_prompts = None
-        self._statistics_request = None
-        self.stats.report_gradient_norms(means, step=self._step if self._step is not None else -1)
-        self.sampler.observe_statistics(means)
-        return self._dispatch()
+        current = self._oldest()
+        means = current.answer_statistics(reply)
+        self.stats.report_gradient_norms(means, step=current.step)
+        assert current.hooks.statistics is not None  # only a StatisticsRequester asks
+        current.hooks.statistics.observe_statistics(means)
+        return self._dispatch(current)
 
     def in_flight(self) -> int:
-        """Requests dispatched and not yet observed."""
-        return len(self._open)
+        """Requests of the oldest open step dispatched and not yet observed."""
+        return len(self._oldest().in_flight) if self._steps else 0
 
     def finished_pools(self) -> list[FinishedPool]:
         """The pools that will become groups (resolved or unresolved, not empty), in prompt
         order: the input of a pool reward stage (adarl/allocator/pool_reward.py), called between
         `step_complete()` and `finish_step()`."""
-        self._require_complete("finished_pools")
+        current = self._complete("finished_pools")
         kept = (PromptStatus.RESOLVED, PromptStatus.UNRESOLVED)
         return [
             FinishedPool(
-                prompt_id=pid, example=self._examples[pid], rollouts=tuple(self._pools[pid])
+                prompt_id=pid, example=current.examples[pid], rollouts=tuple(current.pools[pid])
             )
-            for pid in self.sampler.prompt_ids()
-            if self._pools[pid] and self.sampler.verdict(pid) in kept
+            for pid in current.sampler.prompt_ids()
+            if current.pools[pid] and current.sampler.verdict(pid) in kept
         ]
 
     def rescore_pools(self, rescored: Mapping[str, RescoredPool]) -> None:
         """Replace finished pools' rewards with a pool reward stage's, and hand its statistics
         to a sampler that reads them (`PoolStatisticsObserver`). Groups, per-prompt statistics
         and step metrics then use the new rewards."""
-        self._require_complete("rescore_pools")
+        current = self._complete("rescore_pools")
         for pid, new in rescored.items():
-            pool = self._pools.get(pid)
+            pool = current.pools.get(pid)
             if pool is None or len(new.rewards) != len(pool):
                 raise ValueError(
                     f"rescore_pools: prompt {pid!r} has "
                     f"{'no pool' if pool is None else f'{len(pool)} rollouts'} in step "
-                    f"{self._step} but {len(new.rewards)} rewards were given; rescore exactly "
+                    f"{current.step} but {len(new.rewards)} rewards were given; rescore exactly "
                     "the pools finished_pools() returned"
                 )
-            self._pools[pid] = [
+            current.pools[pid] = [
                 dataclasses.replace(s, reward=float(r))
                 for s, r in zip(pool, new.rewards, strict=True)
             ]
-        if isinstance(self.sampler, PoolStatisticsObserver):
-            self.sampler.observe_pool_statistics(
+        if current.hooks.pool_statistics is not None:
+            current.hooks.pool_statistics.observe_pool_statistics(
                 {pid: dict(new.statistics) for pid, new in rescored.items()}
             )
+
+    # -- finishing a step --------------------------------------------------------------------
 
     def finish_step(self, *, engine_utilisation: float | None = None) -> StepResult:
         """Build the kept groups, update per-prompt statistics, carry surplus, close the step.
@@ -547,25 +475,68 @@ class BudgetAllocator:
 
     def _finish_step(self, *, engine_utilisation: float | None, started: float) -> StepResult:
         """`finish_step` of the oldest open step, counted as one call begun at `started` (its
-        own, or `update`'s); the next open step, if any, is worked on after it."""
-        if self._parked:
-            self._switch_to(min(self.open_steps()))
-        self._require_open("finish_step")
+        own, or `update`'s); the next open step, if any, is the oldest after it."""
+        current = self._oldest("finish_step")
         if not self.step_complete():
             raise RuntimeError(
-                f"finish_step: step {self._step} is not complete ({len(self._open)} requests in "
-                f"flight, sampler done={self.sampler.done()}, needs_prompts="
-                f"{self.sampler.needs_prompts()}); keep observing results until step_complete()"
+                f"finish_step: step {current.step} is not complete ({len(current.in_flight)} "
+                f"requests in flight, sampler done={current.sampler.done()}, needs_prompts="
+                f"{current.sampler.needs_prompts()}); keep observing results until "
+                "step_complete()"
             )
-        step = self._step
-        assert step is not None
-        verdicts = {pid: self.sampler.verdict(pid) for pid in self.sampler.prompt_ids()}
-        target = self.sampler.target_groups()
-        # With a target, groups are taken in completion order (the surplus is what came last);
-        # without one, in prompt order, so results do not depend on arrival order.
-        order = self._finish_order if target is not None else self.sampler.prompt_ids()
+        verdicts = {pid: current.sampler.verdict(pid) for pid in current.sampler.prompt_ids()}
+        target = current.sampler.target_groups()
+        kept = self._build_groups(current, verdicts, target)
+        self._record_outcomes(current, verdicts)
+        trained, carried_out = self._train_or_carry(current, kept, target)
+        sampler_metrics = current.sampler.metrics()
+        # Prompts skipped before rollout were candidates, not prompts of the step (counted by the
+        # sampler's sampling/skipped_prompts).
+        task_verdicts = {
+            pid: v
+            for pid, v in self._task_verdicts(verdicts).items()
+            if v is not PromptStatus.SKIPPED
+        }
+        metrics = self._step_metrics(
+            current,
+            task_verdicts,
+            trained=trained,
+            kept=kept,
+            carried_out=carried_out,
+            target=target,
+            sampler_metrics=sampler_metrics,
+            engine_utilisation=engine_utilisation,
+        )
+        current.count_call(started)
+        metrics["timing/allocator_compute_s"] = current.compute_s
+        metrics["perf/allocator_calls"] = float(current.calls)
+        result = StepResult(
+            step=current.step,
+            groups=tuple(trained),
+            resolved_prompts=sum(v is PromptStatus.RESOLVED for v in task_verdicts.values()),
+            unresolved_prompts=sum(v is PromptStatus.UNRESOLVED for v in task_verdicts.values()),
+            dropped_prompts=len(task_verdicts) - len({g.prompt_id for g in kept}),
+            carried_in=len(current.carried_in),
+            carried_out=carried_out,
+            budget_exhausted=bool(sampler_metrics.get("sampling/budget_exhausted", 0.0)),
+            metrics=metrics,
+        )
+        self._warn(result)
+        self._last_metrics = metrics
+        del self._steps[current.step]
+        if self._steps:
+            self.sampler = self._oldest().sampler
+        return result
+
+    def _build_groups(
+        self, current: OpenStep, verdicts: Mapping[str, PromptStatus], target: int | None
+    ) -> list[Group]:
+        """The step's kept groups: one per resolved or unresolved pool the group builder keeps.
+        With a target, in completion order (the surplus is what came last); without one, in
+        prompt order, so results do not depend on arrival order."""
+        order = current.finish_order if target is not None else current.sampler.prompt_ids()
         order = order + [pid for pid in verdicts if pid not in set(order)]
-        new_groups: list[Group] = []
+        kept: list[Group] = []
         for pid in order:
             verdict = verdicts[pid]
             if verdict not in (PromptStatus.RESOLVED, PromptStatus.UNRESOLVED):
@@ -574,22 +545,27 @@ class BudgetAllocator:
                 prompt_id=self._task_prompt_id(pid),
                 # A pilot only estimated (its draw count depended on nothing, but the trained
                 # draw's count depended on its labels): it stays out of the group.
-                pool=self._pools[pid][self.sampler.pilot_samples(pid) :],
+                pool=current.pools[pid][current.hooks.pilot_samples(pid) :],
                 resolved=verdict is PromptStatus.RESOLVED,
-                step=step,
+                step=current.step,
                 prior_pass_rate=self.stats.pass_rate(pid),
-                law=self.sampler.sequential_law(),
-                estimate=self.sampler.pass_rate_estimate(pid),
+                law=current.sampler.sequential_law(),
+                estimate=current.hooks.pass_rate_estimate(pid),
             )
             if group is None:
                 continue
-            weight = self.sampler.advantage_weight(pid)
+            weight = current.hooks.advantage_weight(pid)
             if weight != 1.0:  # drawn with probability 1/weight: Horvitz-Thompson (curation)
                 group = dataclasses.replace(
                     group, advantages=tuple(a * weight for a in group.advantages)
                 )
-            new_groups.append(group)
-        for pid, pool in self._pools.items():
+            kept.append(group)
+        return kept
+
+    def _record_outcomes(self, current: OpenStep, verdicts: Mapping[str, PromptStatus]) -> None:
+        """Each unhinted prompt's pool into its per-prompt record (a skip as a skipped visit),
+        weighted 1/π so that the pooled priors describe every candidate, not only those drawn."""
+        for pid, pool in current.pools.items():
             if self._task_prompt_id(pid) != pid:
                 continue  # a hinted condition: the statistics estimate the unhinted prompt
             if verdicts.get(pid) is PromptStatus.SKIPPED:
@@ -600,88 +576,81 @@ class BudgetAllocator:
             )
             self.stats.record_step(
                 pid,
-                step=step,
+                step=current.step,
                 samples=len(pool),
                 positives=labels.count("1"),
-                pool=self._pool_key(self._examples[pid]),
-                visit_weight=1.0 / self.sampler.inclusion_probability(pid),
+                pool=self._pool_key(current.examples[pid]),
+                visit_weight=1.0 / current.hooks.inclusion_probability(pid),
                 labels=labels,
             )
 
-        trained = [c.group for c in self._carried_in]
+    def _train_or_carry(
+        self, current: OpenStep, kept: list[Group], target: int | None
+    ) -> tuple[list[Group], int]:
+        """The groups to train on now (carried-in first) and how many kept groups were carried
+        to later steps: past a target, the surplus waits (or, with no carrying, is dropped)."""
+        trained = [c.group for c in current.carried_in]
         surplus: list[Group] = []
         if target is None:
-            trained.extend(new_groups)
+            trained.extend(kept)
         else:
             room = max(0, target - len(trained))
-            trained.extend(new_groups[:room])
-            surplus = new_groups[room:]
-        if self.max_carry_age_steps > 0:
-            self._carry.extend(
-                CarriedGroup(group=g, step=step, weight_version=_weight_version(g)) for g in surplus
-            )
-            carried_out = len(surplus)
-        else:  # no carrying: surplus is discarded, as in DAPO
-            self._carried_expired += len(surplus)
-            carried_out = 0
-
-        sampler_metrics = self.sampler.metrics()
-        # Per task prompt: a hinted prompt's conditions (x, x@h1, ...) are one prompt whose
-        # rollouts are all its pools and whose verdict is its last condition's.
-        task_pools: dict[str, list[ScoredRollout]] = {}
-        for pid, pool in self._pools.items():
-            task_pools.setdefault(self._task_prompt_id(pid), []).extend(pool)
-        task_verdicts = (
-            verdicts
-            if self.hints is None
-            else {x: verdicts[sid] for x, sid in self.hints.current.items() if sid in verdicts}
+            trained.extend(kept[:room])
+            surplus = kept[room:]
+        if self.max_carry_age_steps == 0:  # no carrying: surplus is discarded, as in DAPO
+            current.carried_expired += len(surplus)
+            return trained, 0
+        self._carry.extend(
+            CarriedGroup(group=g, step=current.step, weight_version=_weight_version(g))
+            for g in surplus
         )
-        # Prompts skipped before rollout were candidates, not prompts of the step (counted by the
-        # sampler's sampling/skipped_prompts).
-        task_verdicts = {
-            pid: v for pid, v in task_verdicts.items() if v is not PromptStatus.SKIPPED
-        }
+        return trained, len(surplus)
+
+    def _task_verdicts(self, verdicts: Mapping[str, PromptStatus]) -> dict[str, PromptStatus]:
+        """Per task prompt: a hinted prompt's conditions (x, x@h1, ...) are one prompt whose
+        verdict is its last condition's."""
+        if self.hints is None:
+            return dict(verdicts)
+        return {x: verdicts[sid] for x, sid in self.hints.current.items() if sid in verdicts}
+
+    def _step_metrics(
+        self,
+        current: OpenStep,
+        task_verdicts: Mapping[str, PromptStatus],
+        *,
+        trained: list[Group],
+        kept: list[Group],
+        carried_out: int,
+        target: int | None,
+        sampler_metrics: Mapping[str, float],
+        engine_utilisation: float | None,
+    ) -> dict[str, float]:
+        """Where the step's rollouts went and what signal they bought (adarl/allocator/
+        metrics.py), with the sampler's and the hint stage's metrics."""
+        # Per task prompt: a hinted prompt's rollouts are all its conditions' pools.
+        task_pools: dict[str, list[ScoredRollout]] = {}
+        for pid, pool in current.pools.items():
+            task_pools.setdefault(self._task_prompt_id(pid), []).extend(pool)
         metrics = step_metrics(
             pools=task_pools,
             verdicts=task_verdicts,
             trained=trained,
-            kept=new_groups,
-            carried_in=len(self._carried_in),
+            kept=kept,
+            carried_in=len(current.carried_in),
             carried_out=carried_out,
-            carried_expired=self._carried_expired,
-            carried_age_max=max((step - c.step for c in self._carried_in), default=0),
+            carried_expired=current.carried_expired,
+            carried_age_max=max((current.step - c.step for c in current.carried_in), default=0),
             target_groups=target,
-            requests=self._requests,
+            requests=current.requests,
             positive_threshold=self.positive_threshold,
         )
         metrics.update(sampler_metrics)
         if self.hints is not None:
-            metrics.update(self.hints.finish(self._pools))
-        metrics["sampling/duplicate_prompts_skipped"] = float(self._duplicates_skipped)
+            metrics.update(self.hints.finish(current.pools))
+        metrics["sampling/duplicate_prompts_skipped"] = float(current.duplicates_skipped)
         if engine_utilisation is not None:
             metrics["sampling/engine_utilisation"] = float(engine_utilisation)
-        self._count_call(started)
-        metrics["timing/allocator_compute_s"] = self._compute_s
-        metrics["perf/allocator_calls"] = float(self._calls)
-        budget_exhausted = bool(sampler_metrics.get("sampling/budget_exhausted", 0.0))
-        dropped = len(task_verdicts) - len({g.prompt_id for g in new_groups})
-        result = StepResult(
-            step=step,
-            groups=tuple(trained),
-            resolved_prompts=sum(v is PromptStatus.RESOLVED for v in task_verdicts.values()),
-            unresolved_prompts=sum(v is PromptStatus.UNRESOLVED for v in task_verdicts.values()),
-            dropped_prompts=dropped,
-            carried_in=len(self._carried_in),
-            carried_out=carried_out,
-            budget_exhausted=budget_exhausted,
-            metrics=metrics,
-        )
-        self._warn(result)
-        self._last_metrics = metrics
-        self._reset_step()
-        if self._parked:
-            self._restore(min(self._parked))
-        return result
+        return metrics
 
     # -- statistics --------------------------------------------------------------------------
 
@@ -697,7 +666,7 @@ class BudgetAllocator:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly, an open step included (picklable). Not with
         overlapping steps open: a checkpoint is taken between steps, none sampling ahead."""
-        if self._parked:
+        if len(self._steps) > 1:
             raise RuntimeError(
                 f"state_dict: steps {self.open_steps()} are open; overlapping steps are not "
                 "checkpointed (the session opens no step past a checkpoint)"
@@ -707,22 +676,7 @@ class BudgetAllocator:
             "stats": self.stats.state_dict(),
             "carry": list(self._carry),
             "last_metrics": dict(self._last_metrics),
-            "step": {
-                "step": self._step,
-                "examples": dict(self._examples),
-                "pools": {pid: list(pool) for pid, pool in self._pools.items()},
-                "open": {rid: (r.prompt_id, r.num_samples) for rid, r in self._open.items()},
-                "finish_order": list(self._finish_order),
-                "carried_in": list(self._carried_in),
-                "carried_expired": self._carried_expired,
-                "requests": self._requests,
-                "duplicates_skipped": self._duplicates_skipped,
-                "statistics": (
-                    self._statistics_request,
-                    list(self._statistics_asked),
-                    self._statistics_prompts,
-                ),
-            },
+            "step": self._oldest().state_dict() if self._steps else no_open_step_state(),
             "hints": self.hints.state_dict() if self.hints is not None else None,
         }
 
@@ -731,20 +685,8 @@ class BudgetAllocator:
         self.stats.load_state_dict(state["stats"])
         self._carry = list(state["carry"])
         self._last_metrics = dict(state["last_metrics"])
-        s = state["step"]
-        self._step = s["step"]
-        self._examples = dict(s["examples"])
-        self._pools = {pid: list(pool) for pid, pool in s["pools"].items()}
-        self._open = {rid: _OpenRequest(pid, n) for rid, (pid, n) in s["open"].items()}
-        self._finish_order = list(s["finish_order"])
-        self._carried_in = list(s["carried_in"])
-        self._carried_expired = int(s["carried_expired"])
-        self._requests = int(s["requests"])
-        self._duplicates_skipped = int(s["duplicates_skipped"])
-        request, asked, prompts = s["statistics"]
-        self._statistics_request = request
-        self._statistics_asked = list(asked)
-        self._statistics_prompts = None if prompts is None else list(prompts)
+        loaded = OpenStep.from_state(state["step"], self.sampler)
+        self._steps = {} if loaded is None else {loaded.step: loaded}
         if (state.get("hints") is None) != (self.hints is None):
             raise ValueError(
                 "allocator state and this allocator disagree on hints (one has a hint stage, "
@@ -755,65 +697,52 @@ class BudgetAllocator:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _lane_of(self, request_id: str) -> int:
-        """The open step whose request this is (the one worked on first)."""
-        if request_id in self._open or not self._parked:
-            return self._step if self._step is not None else -1
-        for step, lane in self._parked.items():
-            if request_id in lane["_open"]:
-                return step
-        return self._step if self._step is not None else -1  # unknown: observe says so
-
-    def _park(self) -> None:
-        assert self._step is not None
-        self._parked[self._step] = {name: getattr(self, name) for name in _LANE_FIELDS}
-
-    def _restore(self, step: int) -> None:
-        for name, value in self._parked.pop(step).items():
-            setattr(self, name, value)
-
-    def _switch_to(self, step: int) -> None:
-        """Work on open step `step` (no-op when it is the current one)."""
-        if step == self._step or step not in self._parked:
-            return
-        self._park()
-        self._restore(step)
-
-    def _count_call(self, started: float) -> None:
-        self._compute_s += time.perf_counter() - started
-        self._calls += 1
-
-    def _require_open(self, what: str) -> None:
-        if self._step is None:
+    def _oldest(self, what: str = "") -> OpenStep:
+        """The oldest open step: the one the driver waits for."""
+        if not self._steps:
             raise RuntimeError(f"{what}: no step is open; call start_step(step, examples) first")
+        return self._steps[min(self._steps)]
 
-    def _require_complete(self, what: str) -> None:
-        self._require_open(what)
+    def _holding(self, request_id: str) -> OpenStep:
+        """The open step whose request this is."""
+        self._oldest("observe")  # no step open: say so
+        for current in self._steps.values():
+            if request_id in current.in_flight:
+                return current
+        steps = ", ".join(str(step) for step in self.open_steps())
+        raise KeyError(
+            f"observe: unknown request id {request_id!r} (not open in step {steps}); pass each "
+            "request's results exactly once, before finish_step()"
+        )
+
+    def _complete(self, what: str) -> OpenStep:
+        """The oldest open step, which must be complete (nothing left to sample)."""
+        current = self._oldest(what)
         if not self.step_complete():
             raise RuntimeError(
-                f"{what}: step {self._step} is still sampling ({len(self._open)} requests in "
-                "flight); call it once step_complete() is true, before finish_step()"
+                f"{what}: step {current.step} is still sampling ({len(current.in_flight)} "
+                "requests in flight); call it once step_complete() is true, before finish_step()"
             )
+        return current
 
-    def _enter(self, examples: Sequence[TaskExample]) -> None:
-        for example in examples:
-            self._examples[example.prompt_id] = example
-            self._pools.setdefault(example.prompt_id, [])
+    def _count_call(self, started: float) -> None:
+        """A driver-facing call begun at `started`, counted to the oldest open step."""
+        if self._steps:
+            self._oldest().count_call(started)
 
-    def _take_carried(self, step: int) -> None:
+    def _take_carried(self, current: OpenStep) -> None:
         """Expire carried groups older than the age limit; take the rest for this step."""
-        fresh = [c for c in self._carry if step - c.step <= self.max_carry_age_steps]
-        self._carried_expired = len(self._carry) - len(fresh)
-        target = self.sampler.target_groups()
+        fresh = [c for c in self._carry if current.step - c.step <= self.max_carry_age_steps]
+        current.carried_expired = len(self._carry) - len(fresh)
+        target = current.sampler.target_groups()
         take = len(fresh) if target is None else min(target, len(fresh))
-        self._carried_in, self._carry = fresh[:take], fresh[take:]
+        current.carried_in, self._carry = fresh[:take], fresh[take:]
 
-    def _dispatch(self) -> list[PromptRequest]:
-        assert self._step is not None
+    def _dispatch(self, current: OpenStep) -> list[PromptRequest]:
         requests = []
-        for draw in self.sampler.next():
-            request_id = f"{self._step}:{draw.prompt_id}:{draw.index}"
-            self._open[request_id] = _OpenRequest(draw.prompt_id, draw.num_samples)
+        for draw in current.sampler.next():
+            request_id = f"{current.step}:{draw.prompt_id}:{draw.index}"
+            current.in_flight[request_id] = OpenRequest(draw.prompt_id, draw.num_samples)
             hint, hint_level = None, 0
             if self.hints is not None:
                 condition = self.hints.condition(draw.prompt_id)
@@ -822,15 +751,15 @@ class BudgetAllocator:
             requests.append(
                 PromptRequest(
                     request_id=request_id,
-                    example=self._examples[draw.prompt_id],
+                    example=current.examples[draw.prompt_id],
                     num_samples=draw.num_samples,
-                    step=self._step,
-                    seed=derive_seed(self.seed, self._step, draw.prompt_id, draw.index),
+                    step=current.step,
+                    seed=derive_seed(self.seed, current.step, draw.prompt_id, draw.index),
                     hint=hint,
                     hint_level=hint_level,
                 )
             )
-        self._requests += len(requests)
+        current.requests += len(requests)
         return requests
 
     def _warn(self, result: StepResult) -> None:
@@ -846,6 +775,16 @@ class BudgetAllocator:
                 int(m["signal/groups_target"]),
                 "sample budget exhausted" if result.budget_exhausted else "prompt source empty",
             )
+
+
+def _hint_host(host: HintHost | None, sampler: Sampler) -> HintHost:
+    """`sampler`'s `HintHost` capability (`host`), which a hint stage needs."""
+    if host is None:
+        raise ValueError(
+            f"{sampler.name} allocates over the whole batch and cannot take in a prompt paid from "
+            "another budget (a hinted prompt); use the uniform or streaming sequential samplers"
+        )
+    return host
 
 
 def _weight_version(group: Group) -> int:

@@ -1,9 +1,11 @@
-"""`build_*`: translate an `AllocatorConfig` into the allocator's keyword-only components."""
+"""`build_*`: translate an `AllocatorPlan` (`AllocatorConfig.plan()`: the config validated once,
+its derived counts resolved once) into the allocator's keyword-only components."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from adarl.algo.advantages import POOL_ADVANTAGE, get_uniform_estimator
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.curation import HistorySkip
 from adarl.allocator.group_builder import GroupBuilder
@@ -14,36 +16,26 @@ from adarl.allocator.samplers.knapsack import KnapsackSampler
 from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
 from adarl.allocator.stats import PromptStatsStore
-from adarl.config.allocator import AllocatorConfig
+from adarl.config.allocator import SEQUENTIAL_SAMPLERS, AllocatorConfig, AllocatorPlan
 from adarl.config.seeds import seed_or_default
-
-# The objective a value rule serves, by advantage: what the estimator's weight tends to.
-_VALUE_OBJECTIVE = {
-    "grpo": "arcsin",
-    "rloo": "linear",
-    "dr_grpo": "linear",
-    "raft": "linear",
-    "passk_training": "pass_at_k",
-    "pkpo": "pass_at_k",
-}
 
 
 def value_objective(config: AllocatorConfig) -> tuple[str, float, int]:
     """The objective f (with power's exponent and pass@k's k) whose gradient the knapsack's
-    declared value counts: the declared f for pooled advantages, what a uniform-group estimator
-    optimises otherwise (GRPO: 2·arcsin √p as n grows, F-GRPO's factor left out; RLOO, Dr. GRPO,
-    RAFT: p; PKPO and Pass@k Training: pass@k)."""
+    declared value counts: the declared f for pooled advantages, what a uniform-group estimator's
+    registry entry says it serves otherwise (`UniformEstimator.objective`; F-GRPO's factor left
+    out)."""
     group = config.group
-    if group.advantage == "pool":
+    if group.advantage == POOL_ADVANTAGE:
         return group.objective, group.objective_alpha, group.objective_k
-    objective = _VALUE_OBJECTIVE.get(group.advantage, "log")
+    objective = get_uniform_estimator(group.advantage).objective
     return objective, group.objective_alpha, group.objective_k
 
 
-def build_sampler(config: AllocatorConfig) -> Sampler:
+def build_sampler(plan: AllocatorPlan) -> Sampler:
     """The configured sampler, wrapped by a curation skip when `curation.skip` is set."""
-    config.validate()
-    sampler = _build_sampler(config)
+    config = plan.config
+    sampler = _build_sampler(plan)
     cur = config.curation
     if cur.skip == "none":
         return sampler
@@ -54,7 +46,7 @@ def build_sampler(config: AllocatorConfig) -> Sampler:
         inverse_probability_weights=cur.inverse_probability_weights,
         max_skipped_visits=cur.max_skipped_visits,
         max_candidates_per_step=config.candidate_cap(),
-        samples_per_prompt=config.samples_per_prompt,
+        samples_per_prompt=config.uniform_samples_per_prompt,
         min_inclusion_probability=cur.min_inclusion_probability,
         greso_p_easy=cur.greso_p_easy,
         greso_p_hard=cur.greso_p_hard,
@@ -66,26 +58,27 @@ def build_sampler(config: AllocatorConfig) -> Sampler:
     )
 
 
-def _build_sampler(config: AllocatorConfig) -> Sampler:
+def _build_sampler(plan: AllocatorPlan) -> Sampler:
+    config = plan.config
     name = config.sampler
     if name == "uniform":
         return UniformSampler(
-            samples_per_prompt=config.samples_per_prompt,
-            max_samples_per_step=config.max_samples_per_step,
-            rollouts_per_step=config.rollout_budget(),
+            samples_per_prompt=config.uniform_samples_per_prompt,
+            max_samples_per_step=plan.max_samples_per_step,
+            rollouts_per_step=plan.rollout_budget,
             positive_threshold=config.positive_threshold,
         )
     if name == "knapsack":
         cur = config.curation
-        budget = config.rollout_budget()
+        budget = plan.rollout_budget
         assert budget is not None
         objective, alpha, objective_k = value_objective(config)
         return KnapsackSampler(
             value=cur.knapsack_value,
             rollouts_per_step=budget,
-            mean_samples_per_prompt=config.samples_per_prompt,
+            mean_samples_per_prompt=config.mean_samples_per_prompt,
             min_samples_per_prompt=cur.min_samples_per_prompt,
-            max_samples_per_prompt=config.max_samples_per_prompt,
+            max_samples_per_prompt=plan.max_samples_per_prompt,
             candidates_per_step=config.knapsack_candidates(),
             objective=objective,
             objective_alpha=alpha,
@@ -96,18 +89,13 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
             seed=seed_or_default(config.seed),
             positive_threshold=config.positive_threshold,
         )
-    if name in ("seq_pos", "seq_balance"):
+    if name in SEQUENTIAL_SAMPLERS:
         seq = config.sequential
-        rounds = seq.mode == "rounds"
-        cap = seq.round_repeat * seq.max_rounds if rounds else config.max_samples_per_prompt
-        step_cap = config.max_samples_per_step
-        if step_cap is None and config.rollouts_per_step is None:
-            step_cap = config.prompts_per_step * cap
         return SequentialSampler(
             k_pos=seq.k_pos,
             k_neg=0 if name == "seq_pos" else seq.k_neg,
-            max_samples_per_prompt=cap,
-            max_samples_per_step=step_cap,
+            max_samples_per_prompt=plan.max_samples_per_prompt,
+            max_samples_per_step=plan.max_samples_per_step,
             mode=seq.mode,
             initial_samples=seq.initial_samples,
             max_overshoot_fraction=seq.max_overshoot_fraction,
@@ -119,13 +107,11 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
         )
     if name == "dynamic_filter":
         df = config.dynamic_filter
-        step_cap = config.max_samples_per_step
-        if step_cap is None:
-            step_cap = 4 * config.prompts_per_step * config.samples_per_prompt
+        assert plan.max_samples_per_step is not None
         return DynamicFilterSampler(
-            samples_per_prompt=config.samples_per_prompt,
+            samples_per_prompt=config.uniform_samples_per_prompt,
             target_groups=config.prompts_per_step,
-            max_samples_per_step=step_cap,
+            max_samples_per_step=plan.max_samples_per_step,
             min_pass_rate=df.min_pass_rate,
             max_pass_rate=df.max_pass_rate,
             min_keep_rate=df.min_keep_rate,
@@ -134,9 +120,9 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
     est = config.estimation
     if name == "ada_est":
         return AdaEstSampler(
-            mean_samples_per_prompt=config.samples_per_prompt,
+            mean_samples_per_prompt=config.mean_samples_per_prompt,
             min_samples_per_prompt=est.min_samples_per_prompt,
-            max_samples_per_prompt=config.max_samples_per_prompt,
+            max_samples_per_prompt=plan.max_samples_per_prompt,
             epsilon=est.epsilon,
             rule=est.ada_est_rule,
             objective=config.group.objective,
@@ -146,25 +132,27 @@ def _build_sampler(config: AllocatorConfig) -> Sampler:
             max_age_steps=est.max_age_steps,
             prior_alpha=est.prior_alpha,
             prior_beta=est.prior_beta,
-            max_samples_per_step=config.max_samples_per_step,
+            max_samples_per_step=plan.max_samples_per_step,
             positive_threshold=config.positive_threshold,
         )
     if name == "gvm":
         return GvmSampler(
             presamples=est.gvm_presamples,
-            mean_samples_per_prompt=config.samples_per_prompt,
+            mean_samples_per_prompt=config.mean_samples_per_prompt,
             min_samples_per_prompt=est.min_samples_per_prompt,
-            max_samples_per_prompt=config.max_samples_per_prompt,
+            max_samples_per_prompt=plan.max_samples_per_prompt,
             alpha=est.gvm_alpha,
             beta=est.gvm_beta,
-            max_samples_per_step=config.max_samples_per_step,
+            max_samples_per_step=plan.max_samples_per_step,
             positive_threshold=config.positive_threshold,
         )
     raise AssertionError(f"validate() let through allocator.sampler={name!r}")
 
 
-def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
+def build_group_builder(plan: AllocatorPlan) -> GroupBuilder:
+    config = plan.config
     group = config.group
+    options = config.advantage_options()
     return GroupBuilder(
         group_size=group.group_size,
         advantage=group.advantage,
@@ -172,27 +160,27 @@ def build_group_builder(config: AllocatorConfig) -> GroupBuilder:
         objective=group.objective,
         alpha=group.objective_alpha,
         objective_k=group.objective_k,
-        focal_gamma=group.focal_gamma,
-        pkpo_baseline=group.pkpo_baseline,
+        focal_gamma=options.focal_gamma,
+        pkpo_baseline=options.pkpo_baseline,
         unresolved_policy=group.unresolved_policy,
         downsample_order=group.downsample_order,
-        raft_normalization=group.raft_normalization,
+        raft_normalization=options.raft_normalization,
         positive_threshold=config.positive_threshold,
         clip_delta=group.clip_delta,
         pass_rate_estimate=group.pass_rate_estimate,
-        pool_sequences=config.samples_per_prompt,
-        ada_est_eps=config.estimation.epsilon,
+        pool_weight=plan.pool_weight,
+        ada_est_eps=options.ada_est_eps,
         seed=seed_or_default(config.seed),
     )
 
 
-def allocator_kwargs(config: AllocatorConfig) -> dict[str, Any]:
-    """`BudgetAllocator`'s keyword arguments for `config` (validated first)."""
-    config.validate()
+def allocator_kwargs(plan: AllocatorPlan) -> dict[str, Any]:
+    """`BudgetAllocator`'s keyword arguments for `plan`."""
+    config = plan.config
     est = config.estimation
     return {
-        "sampler": build_sampler(config),
-        "group_builder": build_group_builder(config),
+        "sampler": build_sampler(plan),
+        "group_builder": build_group_builder(plan),
         "stats": PromptStatsStore(
             ema_decay=est.ema_decay,
             prior_alpha=est.prior_alpha,
@@ -210,4 +198,4 @@ def allocator_kwargs(config: AllocatorConfig) -> dict[str, Any]:
 
 def build_allocator(config: AllocatorConfig) -> BudgetAllocator:
     """The allocator `config` describes (validated first)."""
-    return BudgetAllocator(**allocator_kwargs(config))
+    return BudgetAllocator(**allocator_kwargs(config.plan()))

@@ -30,7 +30,8 @@ Skipped prompts are SKIPPED: never drawn, no group. The wrapped sampler must hav
 (allocator.rollouts_per_step): it asks for more prompts until the budget is spent, so a skip never
 shrinks the step. At most `max_candidates_per_step` candidates are looked at per step; past that
 the wrapped sampler is told the source has no more (counted: `sampling/candidate_cap_reached`).
-Everything else is the wrapped sampler's (attribute delegation, as `VarianceFilter`).
+Everything else is the wrapped sampler's (attribute delegation, as `VarianceFilter`; its
+capabilities are found through `inner`).
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ import numpy as np
 
 from adarl.algo.curation import greso_adapt, greso_skip_probability, zero_variance_probability
 from adarl.allocator.samplers.base import (
+    InclusionWeigher,
     PromptHistory,
     PromptStatus,
     Sampler,
+    capability,
     derive_seed,
     is_positive,
 )
@@ -135,6 +138,11 @@ class HistorySkip:
             raise AttributeError(name)
         return getattr(self._inner, name)
 
+    @property
+    def inner(self) -> Sampler:
+        """The wrapped sampler: its capabilities are this wrapper's too (`capability`)."""
+        return self._inner
+
     def start_step(
         self,
         step: int,
@@ -190,14 +198,19 @@ class HistorySkip:
     def prompt_ids(self) -> list[str]:
         return list(self._order)
 
+    # -- InclusionWeigher: the skip's probability times the wrapped sampler's own --------------
+
     def inclusion_probability(self, prompt_id: str) -> float:
-        return self._probability.get(prompt_id, 1.0) * self._inner.inclusion_probability(prompt_id)
+        inner = capability(self._inner, InclusionWeigher)
+        own = self._probability.get(prompt_id, 1.0)
+        return own * (1.0 if inner is None else inner.inclusion_probability(prompt_id))
 
     def advantage_weight(self, prompt_id: str) -> float:
+        inner = capability(self._inner, InclusionWeigher)
         own = (
             1.0 / self._probability.get(prompt_id, 1.0) if self.inverse_probability_weights else 1.0
         )
-        return own * self._inner.advantage_weight(prompt_id)
+        return own * (1.0 if inner is None else inner.advantage_weight(prompt_id))
 
     def planned_samples(self, prompt_id: str) -> int:
         """The samples the candidate gets if drawn: the wrapped sampler's allowance."""

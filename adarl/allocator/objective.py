@@ -1,11 +1,14 @@
 """What a configured allocator optimises, said in one line and backed by the exact implied weight.
 
-`declare_objective(config)` turns an `AllocatorConfig` into an `ObjectiveDeclaration`: the
+`declare_objective(plan)` turns an `AllocatorPlan` (`AllocatorConfig.plan()`: the counts the
+build uses, resolved once) into an `ObjectiveDeclaration`: the
 objective f the run's gradient estimates in expectation (E[ĝ] = w(p)·∇p with w = f' times a gate),
 stated with its gate where the gate is unavoidable (the per-prompt cap), and the exact implied
 weight w(p) on a grid of pass rates from `adarl.algo.implied.implied_weight` under the sampler's
 real draw law. Every run prints it at start and records it in `summary.json` and the W&B config,
-e.g. "this run optimises log p (weight 1/p), gated by 1 - (1 - p)^15 at cap 16".
+e.g. "this run optimises log p (weight 1/p), gated by 1 - (1 - p)^15 at cap 16". The words and
+closed forms come from the registries: each uniform estimator's `ImpliedObjective`
+(`adarl.algo.advantages`) and each objective's `text` (`adarl.algo.objectives`).
 """
 
 from __future__ import annotations
@@ -17,30 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from adarl.algo.implied import (
-    focal_grpo_weight,
-    implied_weight,
-    log_gate,
-    logit_gate,
-    passk_training_weight,
+from adarl.algo.advantages import (
+    POOL_ADVANTAGE,
+    GroupSpec,
+    UniformEstimator,
+    get_uniform_estimator,
 )
+from adarl.algo.implied import implied_weight, log_gate, logit_gate
 from adarl.algo.objectives import get_objective
-from adarl.config.allocator import AllocatorConfig
+from adarl.config.allocator import SEQUENTIAL_SAMPLERS, AllocatorConfig, AllocatorPlan
 
 PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
-_WEIGHT_TEXT = {
-    "linear": "p (weight 1)",
-    "log": "log p (weight 1/p)",
-    "logit": "logit p = log p - log(1 - p) (weight 1/(p(1 - p)))",
-    "arcsin": "2·arcsin √p (weight 1/√(p(1-p)))",
-}
-_UNIFORM_TEXT = {
-    "grpo": "GRPO's implicit objective (2·arcsin √p as n → ∞; small groups gate it flat)",
-    "dr_grpo": "p (weight (n-1)/n)",
-    "rloo": "p (weight 1)",
-    "reinforce_baseline": "p (weight 1)",
-    "ada_est": "log p (Ada-Est: weight ≈ 1/p with a sample-mean loss)",
-}
 
 
 @dataclass(frozen=True)
@@ -69,34 +59,33 @@ class ObjectiveDeclaration:
         return f"this run optimises {self.statement}"
 
 
-def _objective_text(group: Any) -> str:
-    """The declared f of the selection correction, in words with its weight."""
-    if group.objective == "pass_at_k":
-        k = group.objective_k
-        return f"pass@{k}: 1 - (1 - p)^{k} (weight {k}(1 - p)^{k - 1})"
-    return _WEIGHT_TEXT.get(group.objective, f"p^{group.objective_alpha:g}")
+def _uniform_estimator(config: AllocatorConfig) -> UniformEstimator | None:
+    """The registry entry of the configured advantage; None for the pooled family."""
+    advantage = config.group.advantage
+    return None if advantage == POOL_ADVANTAGE else get_uniform_estimator(advantage)
 
 
-def _uniform_kwargs(group: Any) -> dict[str, Any]:
-    """The group options a uniform estimator's implied weight depends on."""
-    return {
-        "raft_normalization": group.raft_normalization,
-        "objective_k": group.objective_k,
-        "focal_gamma": group.focal_gamma,
-        "pkpo_baseline": group.pkpo_baseline,
-    }
+def _uniform_statement(
+    estimator: UniformEstimator, spec: GroupSpec, p: np.ndarray, weights: np.ndarray
+) -> tuple[str, bool]:
+    """The estimator's objective in words, and whether its closed form (where it declares one)
+    matches the enumerated weights: then the statement is exact."""
+    closed = estimator.implied.closed_form(p, spec)
+    exact = closed is not None and bool(np.allclose(weights, closed, rtol=1e-9, atol=1e-12))
+    return estimator.implied.describe(spec), exact
 
 
-def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
+def sequential_implied_weight(plan: AllocatorPlan, p: np.ndarray) -> np.ndarray:  # [P]
+    """The exact implied weight w(p) of a sequential sampler's pooled advantages (the weight the
+    run prints), under its real draw law (`adarl.algo.implied.implied_weight`)."""
+    config = plan.config
     seq, group = config.sequential, config.group
-    rounds = seq.mode == "rounds"
-    cap = seq.round_repeat * seq.max_rounds if rounds else config.max_samples_per_prompt
-    kwargs: dict[str, Any] = {"max_samples": cap}
+    kwargs: dict[str, Any] = {"max_samples": plan.max_samples_per_prompt}
     if config.sampler == "seq_pos":
         kwargs["k"] = seq.k_pos
     else:
         kwargs["k_pos"], kwargs["k_neg"] = seq.k_pos, seq.k_neg
-    if rounds:
+    if seq.mode == "rounds":
         kwargs["round_size"] = seq.round_repeat
     else:
         kwargs["max_overshoot_fraction"] = seq.max_overshoot_fraction
@@ -105,7 +94,7 @@ def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
     return implied_weight(
         p,
         estimator=config.sampler,
-        group_size=config.samples_per_prompt if whole_pool else group.group_size,
+        group_size=plan.pool_weight if whole_pool else group.group_size,
         whole_pool=whole_pool,
         correction=group.correction,
         objective=group.objective,
@@ -119,16 +108,17 @@ def _sequential_weights(config: AllocatorConfig, p: np.ndarray) -> np.ndarray:
 
 
 def declare_objective(
-    config: AllocatorConfig, *, hint_schedule: str = "off", reward: str = "verifier"
+    plan: AllocatorPlan, *, hint_schedule: str = "off", reward: str = "verifier"
 ) -> ObjectiveDeclaration:
-    """The objective `config` optimises (see the module docstring).
+    """The objective `plan`'s config optimises (see the module docstring).
 
     With hints on (`hint_schedule`), a prompt that collapses is trained on its hinted condition
     (x, h) instead: the same f, of the pass rate p(x, h) of the condition trained, through
     π(· | x, h) (adarl/allocator/hint_stage.py). With DRO's R3 (`reward="r3"`) the groups'
     rewards are R3's real-valued ones, so p stands for the prompt's mean R3 reward, not its
     verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact."""
-    declaration = _declare(config)
+    config = plan.config
+    declaration = _declare(plan)
     statement, exact = declaration.statement, declaration.exact
     curated = _curation_clause(config)
     if curated:
@@ -145,25 +135,22 @@ def declare_objective(
     return dataclasses.replace(declaration, statement=statement, exact=exact)
 
 
-def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
+def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
     p = np.array(PASS_RATES)
     labels = [f"{x:g}" for x in PASS_RATES]
+    config = plan.config
     group = config.group
-    sequential = config.sampler in ("seq_pos", "seq_balance") and group.advantage == "pool"
-    if sequential:
-        weights = _sequential_weights(config, p)
-        seq = config.sequential
-        cap = (
-            seq.round_repeat * seq.max_rounds
-            if seq.mode == "rounds"
-            else config.max_samples_per_prompt
-        )
+    estimator = _uniform_estimator(config)
+    if config.sampler in SEQUENTIAL_SAMPLERS and estimator is None:
+        weights = sequential_implied_weight(plan, p)
+        cap = plan.max_samples_per_prompt
         if group.correction == "selection":
             declared = get_objective(
                 group.objective, alpha=group.objective_alpha, objective_k=group.objective_k
             )
             gate = weights / np.asarray(declared.w(p))
-            name = _objective_text(group)
+            name = declared.text
+            _refuse_a_different_objective(plan, name, labels, weights, np.asarray(declared.w(p)))
             if group.objective == "logit" and config.sampler == "seq_balance":
                 closed = logit_gate(p, max_samples=cap)
                 closed_text = f"1 - p^{cap} - (1 - p)^{cap}"
@@ -216,36 +203,20 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
     if config.sampler == "ada_est":
         return _ada_est_declaration(config, p, labels)
     if config.sampler == "knapsack":
-        return _knapsack_declaration(config, p, labels)
+        return _knapsack_declaration(plan, estimator, p, labels)
     if config.sampler == "gvm":
         return _gvm_declaration(config, p, labels)
-    if group.advantage in (
-        "grpo",
-        "dr_grpo",
-        "rloo",
-        "raft",
-        "reinforce_baseline",
-        "passk_training",
-        "pkpo",
-    ):
-        n = config.samples_per_prompt if group.group_size is None else group.group_size
+    n = plan.planned_samples_per_prompt if group.group_size is None else group.group_size
+    spec = GroupSpec(size=n, k=group.objective_k, options=config.advantage_options())
+    if estimator is not None and estimator.implied.needs_sampler is None:
         weights = implied_weight(
-            p, estimator=group.advantage, group_size=n, **_uniform_kwargs(group)
+            p,
+            estimator=estimator.name,
+            group_size=n,
+            objective_k=group.objective_k,
+            options=spec.options,
         )
-        # closed forms (adarl.algo.implied) for all but GRPO's (an n → ∞ statement)
-        exact = group.advantage != "grpo"
-        if group.advantage == "raft":
-            text = (
-                "p (weight 1)"
-                if group.raft_normalization == "group"
-                else f"log p (weight 1/p), gated by 1 - (1 - p)^{n}"
-            )
-        elif group.advantage in ("passk_training", "pkpo"):
-            text, exact = _pass_at_k_text(group, n, p, weights)
-        else:
-            text = _UNIFORM_TEXT[group.advantage]
-        if group.focal_gamma > 0:
-            text, exact = _focal_text(group, n, p, weights, text)
+        text, exact = _uniform_statement(estimator, spec, p, weights)
         prefix = ""
         if config.sampler == "dynamic_filter":
             prefix = "on groups with mixed outcomes only (refilled), "
@@ -254,52 +225,55 @@ def _declare(config: AllocatorConfig) -> ObjectiveDeclaration:
             exact=config.sampler == "uniform" and exact,
             implied_weight=dict(zip(labels, map(float, weights), strict=True)),
         )
-    return ObjectiveDeclaration(
-        statement=_UNIFORM_TEXT.get(group.advantage, group.advantage)
-        + f" (sampler {config.sampler!r})",
-        exact=False,
+    text = group.advantage if estimator is None else estimator.implied.describe(spec)
+    return ObjectiveDeclaration(statement=f"{text} (sampler {config.sampler!r})", exact=False)
+
+
+# A gate removes weight (it is the chance that the cap leaves a kept group its signal): the exact
+# weight may exceed f'(p) by round-off only. A weight flat within FLAT across p where f' varies
+# more than 1.5-fold is the linear objective, whatever the declared name.
+GATE_TOLERANCE = 1e-6
+FLAT = 1.1
+
+
+def _refuse_a_different_objective(
+    plan: AllocatorPlan,
+    name: str,
+    labels: list[str],
+    weights: np.ndarray,  # [P] the exact implied weight by p
+    declared: np.ndarray,  # [P] f'(p)
+) -> None:
+    """Refuse a selection-corrected configuration whose exact weight by p is not the declared
+    objective's f'(p) times a gate: a gate only removes weight, so a weight above f' anywhere,
+    or a weight flat in p where f' is not (the linear objective under another name), prints one
+    objective and optimises another. E.g. pass@k's, arcsin's or power's correction after the
+    default's draw, whose unbiased pass-rate estimate takes only the values 0, ½ and 1 (flat),
+    and pass@k's after Seq-Balance(2, 2), whose nonlinear correction the estimate biases upward
+    at high p. Computed from the weights the run prints, for any objective, sampler and estimate."""
+    gate = weights / declared
+    flat = weights.max() <= FLAT * weights.min() and declared.max() > 1.5 * declared.min()
+    if not flat and gate.max() <= 1 + GATE_TOLERANCE:
+        return
+    config = plan.config
+    group = config.group
+    by_p = ", ".join(f"{x}: {w:.3g}" for x, w in zip(labels, weights, strict=True))
+    worst = labels[int(np.argmax(gate))]
+    shape = (
+        "flat in p: the linear objective p under another name"
+        if flat
+        else f"above {name}'s weight (at p = {worst}, {gate.max():.3g} times it), which a gate "
+        "cannot be"
     )
-
-
-def _pass_at_k_text(group: Any, n: int, p: np.ndarray, weights: np.ndarray) -> tuple[str, bool]:
-    """PKPO (exactly pass@k's weight at n ≥ k) and Pass@k Training (pass@k's direction with a
-    per-prompt 1/σ scale), each with its closed form checked against the enumerated weights."""
-    k = group.objective_k
-    if group.advantage == "pkpo":
-        closed = k * (1.0 - p) ** (k - 1)
-        text = (
-            f"pass@{k}: 1 - (1 - p)^{k} (weight {k}(1 - p)^{k - 1}), exactly (PKPO, baseline "
-            f"{group.pkpo_baseline})"
-        )
-    else:
-        closed = passk_training_weight(p, group_size=n, k=k)
-        text = (
-            f"pass@{k}'s direction {k}(1 - p)^{k - 1} scaled per prompt by 1/σ (Pass@k Training): "
-            f"w(p) = E[K(1 - R_K)/(σ_K + 1e-6)]/({n}p(1 - p)), K ~ Bin({n}, p), R_K = 1 - "
-            f"C({n} - K, {k})/C({n}, {k}) the group's pass@{k}, σ_K = √(R_K(1 - R_K)); without "
-            f"the 1/σ it would be (1 - {k}/{n})(1 - p)^{k - 1}"
-        )
-    return text, bool(np.allclose(weights, closed, rtol=1e-9, atol=1e-12))
-
-
-def _focal_text(
-    group: Any, n: int, p: np.ndarray, weights: np.ndarray, text: str
-) -> tuple[str, bool]:
-    """F-GRPO: the advantage's own objective with each group weighted by (1 - K/n)^γ."""
-    gamma = group.focal_gamma
-    if group.advantage == "grpo":
-        closed = focal_grpo_weight(p, group_size=n, gamma=gamma)
-        statement = (
-            f"GRPO's implicit objective with each group weighted by (1 - K/n)^{gamma:g}, K its "
-            f"positives (F-GRPO): w(p) = E[(1 - K/n)^{gamma:g}·K({n} - K)/({n}²(σ_K + 1e-6))]/"
-            f"(p(1 - p)), K ~ Bin({n}, p)"
-        )
-        return statement, bool(np.allclose(weights, closed, rtol=1e-9, atol=1e-12))
-    statement = (
-        f"{text} with each group weighted by (1 - K/n)^{gamma:g}, K its positives (F-GRPO's "
-        "factor; weight by p enumerated over K ~ Bin(n, p))"
+    raise ValueError(
+        f"allocator.group.objective={group.objective!r} is not what this configuration "
+        f"optimises: with allocator.sampler={config.sampler!r}, its draws (first "
+        f"{config.sequential.initial_samples or 'one round'}, cap {plan.max_samples_per_prompt}) "
+        f"and the {group.pass_rate_estimate!r} pass-rate estimate, the selection correction's "
+        f"exact weight by p is {{{by_p}}}: {shape}. Choose an objective whose correction holds "
+        "here (objective=logit reads no pass-rate estimate; objective=log is linear in it), "
+        "or, for pass@k, uniform groups with its unbiased estimator (allocator.sampler=uniform "
+        "allocator.group.advantage=pkpo)"
     )
-    return statement, False
 
 
 def _curation_clause(config: AllocatorConfig) -> str:
@@ -325,26 +299,25 @@ def _curation_clause(config: AllocatorConfig) -> str:
 
 
 def _knapsack_declaration(
-    config: AllocatorConfig, p: np.ndarray, labels: list[str]
+    plan: AllocatorPlan, estimator: UniformEstimator | None, p: np.ndarray, labels: list[str]
 ) -> ObjectiveDeclaration:
     """Knapsack: each drawn prompt x gets n_x samples in one draw, fixed before its labels, so its
     group estimates w(p_x; n_x)·∇p_x, the advantage's weight at its own planned size, and the
     learner's mean over samples weighs it n_x/n̄; n_x comes from the history, so the weight is per
-    prompt (shown here at n = samples_per_prompt)."""
+    prompt (shown here at n = mean_samples_per_prompt, the planned draw)."""
+    config = plan.config
     group = config.group
     cur = config.curation
-    n = config.samples_per_prompt
+    n = plan.planned_samples_per_prompt
+    spec = GroupSpec(size=n, k=group.objective_k, options=config.advantage_options())
     weights = implied_weight(
         p,
-        estimator=group.advantage if group.advantage != "pool" else "rloo",
+        estimator="rloo" if estimator is None else estimator.name,
         group_size=n,
-        **_uniform_kwargs(group),
+        objective_k=group.objective_k,
+        options=spec.options,
     )
-    text = _UNIFORM_TEXT.get(group.advantage, group.advantage)
-    if group.advantage in ("passk_training", "pkpo"):
-        text = _pass_at_k_text(group, n, p, weights)[0]
-    if group.focal_gamma > 0:
-        text = _focal_text(group, n, p, weights, text)[0]
+    text = group.advantage if estimator is None else estimator.implied.describe(spec)
     value = {
         "knapsack_rl": "Knapsack-RL's value (1-p̂^n-(1-p̂)^n)·p̂(1-p̂)²",
         "hora": (
@@ -382,12 +355,14 @@ def _ada_est_declaration(
             objective_k=config.group.objective_k,
         )
         raw = np.asarray(objective.w(p)) * np.sqrt(p * (1.0 - p))
-    sizes = config.samples_per_prompt * raw / raw.mean()
+    mean = config.mean_samples_per_prompt
+    sizes = mean * raw / raw.mean()
+    options = config.advantage_options()
     weights = np.array(
         [
-            (n / config.samples_per_prompt)
+            (n / mean)
             * float(
-                implied_weight(x, estimator="ada_est", group_size=max(2, round(n)), ada_est_eps=eps)
+                implied_weight(x, estimator="ada_est", group_size=max(2, round(n)), options=options)
             )
             for x, n in zip(p, sizes, strict=True)
         ]

@@ -6,7 +6,7 @@ reach. The statistic is the R3 scoring pass's (adarl/reward/r3.py): per finished
 `max_deviation` = max_j σ_j (the largest cross-rollout deviation of a reference token's
 certainty) and, with a top-k rule, `reaches_top_k` (some rollout makes every reference token's
 probability at least 1/(k+1)). It reaches the filter through the allocator
-(`PoolStatisticsObserver`, once per step, after the pool stage).
+(the `PoolStatisticsObserver` capability, once per step, after the pool stage).
 
 The filter is applied every `interval_steps` steps (the first step included). An application
 ranks the M prompts measured since the previous one (their latest measurement) and drops
@@ -27,7 +27,8 @@ now.
 
 Everything else (draws, verdicts of measured prompts, targets, stopping laws, statistics
 requests) is the wrapped sampler's: any attribute the filter does not define is the inner
-sampler's, so the filter composes with every sampler and every later protocol method.
+sampler's, and so are its capabilities (`capability` looks through `inner`), so the filter
+composes with every sampler.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from adarl.config.dro import DroFilterConfig
 class VarianceFilter:
     """A `Sampler` wrapper that filters prompts by the R3 pass's statistics (module docstring).
 
-    Also a `PoolStatisticsObserver` (adarl/allocator/pool_reward.py).
+    Also a `PoolStatisticsObserver` (adarl/allocator/samplers/base.py).
     """
 
     steps_independent = False  # its skip/filter state spans steps (not delegated)
@@ -100,6 +101,11 @@ class VarianceFilter:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._inner, name)
+
+    @property
+    def inner(self) -> Sampler:
+        """The wrapped sampler: its capabilities are the filter's too (`capability`)."""
+        return self._inner
 
     def start_step(
         self,

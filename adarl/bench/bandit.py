@@ -7,8 +7,9 @@ with q = (1 - p)/3, response 0 the only correct one. For a sampled response a,
 ĝ_x = (1/n)·Σ_j A_j (e_{a_j} - π_x) is known exactly from the responses the real components chose
 and the advantages they assigned.
 
-`measure(config, ...)` runs steps of the driver's own rollout phase (`adarl.driver.collect_groups`)
-with the real `BudgetAllocator` (sampler + group builder) built from `config`, a `RewardPool`, and a
+`measure(config, ...)` runs steps of the driver's own rollout phase
+(`adarl.driver.rollout_phase.collect_groups`) with the real `BudgetAllocator` (sampler + group
+builder) built from `config`, a `RewardPool`, and a
 `SimulatedRolloutPool` (`engines × slots` of simulated continuous batching: the order and
 concurrency results come back in) over a `BanditEngine`; fresh prompts every step, so every
 prompt-step is an independent draw. It returns, per pass rate, the mean of ĝ and its standard
@@ -30,11 +31,14 @@ import torch
 
 from adarl.algo.drawing import DrawRule, expected_samples_drawn
 from adarl.algo.implied import implied_weight, log_gate
+from adarl.algo.loss import policy_loss
 from adarl.algo.stopping import StoppingRule
 from adarl.allocator import Sampler, build_allocator
+from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.config.allocator import AllocatorConfig
-from adarl.driver import collect_groups
+from adarl.driver.rollout_phase import PhaseParts, PromptSourceLike, collect_groups
+from adarl.learner.batching import split_mini_batches
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.base import VerifierResult
 from adarl.reward.pool import RewardPool
@@ -50,6 +54,7 @@ from adarl.types import (
     StatisticsReply,
     StatisticsRequest,
     TaskExample,
+    TrainBatch,
 )
 
 RESPONSES = 4  # response 0 is correct
@@ -143,6 +148,7 @@ class WeightCheck:
 
 def implied_weight_of(config: AllocatorConfig, p: float) -> float:
     group, seq = config.group, config.sequential
+    plan = config.plan()
     if config.sampler in ("seq_pos", "seq_balance"):
         rounds = seq.mode == "rounds"
         kwargs = (
@@ -164,22 +170,20 @@ def implied_weight_of(config: AllocatorConfig, p: float) -> float:
             implied_weight(
                 p,
                 estimator=config.sampler,
-                group_size=group.group_size or config.samples_per_prompt,
+                group_size=group.group_size or plan.pool_weight,
                 whole_pool=group.group_size is None,
                 correction=group.correction,
                 objective=group.objective,
                 alpha=group.objective_alpha,
                 objective_k=group.objective_k,
                 pass_rate_estimate=group.pass_rate_estimate,
-                max_samples=seq.round_repeat * seq.max_rounds
-                if rounds
-                else config.max_samples_per_prompt,
+                max_samples=plan.max_samples_per_prompt,
                 unresolved_policy=group.unresolved_policy,
                 clip_delta=group.clip_delta,
                 **kwargs,
             )
         )
-    n = config.samples_per_prompt if group.group_size is None else group.group_size
+    n = plan.planned_samples_per_prompt if group.group_size is None else group.group_size
     return uniform_weight(config, p, n)
 
 
@@ -192,10 +196,8 @@ def uniform_weight(config: AllocatorConfig, p: float, n: int) -> float:
             p,
             estimator=group.advantage,
             group_size=n,
-            raft_normalization=group.raft_normalization,
             objective_k=group.objective_k,
-            focal_gamma=group.focal_gamma,
-            pkpo_baseline=group.pkpo_baseline,
+            options=config.advantage_options(),
         )
     )
 
@@ -224,6 +226,7 @@ def measure(
     seed: int = 0,
     behaviour: Mapping[float, float] | None = None,
     tis_cap: float = 2.0,
+    mini_batches: int = 1,
 ) -> list[WeightCheck]:
     """Run `steps` rollout phases of `config` on fresh bandit prompts (module docstring).
 
@@ -231,11 +234,16 @@ def measure(
     the engine samples from instead: samples lag the learner, as with
     `rollout.max_off_policy_steps`. ĝ is then the real loss's gradient at the current policy
     (`stale_gradient`: decoupled PPO with the ratio against the current policy and each sample
-    re-weighted by min(π/μ, tis_cap)), and the target stays the current policy's w(p)·∇p."""
+    re-weighted by min(π/μ, tis_cap)), and the target stays the current policy's w(p)·∇p.
+
+    `mini_batches` > 1: only the prompts of the step's first mini-batch count, as the learners
+    cut the step's `TrainBatch` (`adarl.learner.batching.split_mini_batches`), each ĝ through the
+    real loss on its own (`first_mini_batch_gradient`); the rates are interleaved so that every
+    mini-batch holds all of them. (The first optimizer step of a mini-batch update.)"""
     behaviour = behaviour or {}
     engine = BanditEngine()
     codec = PromptCodec(tokenizer=engine.tokenizer, sampling=SamplingParams(max_new_tokens=1))
-    group_size = config.group.group_size or config.samples_per_prompt
+    group_size = config.group.group_size or config.plan().pool_weight
     per_rate = len(pass_rates) * prompts_per_rate
     config = AllocatorConfig(**{**config.__dict__, "prompts_per_step": per_rate, "seed": seed})
     allocator = build_allocator(config)
@@ -245,7 +253,11 @@ def measure(
     drawn: dict[float, list[int]] = {p: [] for p in pass_rates}
     with RewardPool(verifiers={"bandit": BanditVerifier()}, num_workers=1) as rewards:
         for step in range(steps):
-            rates = [p for p in pass_rates for _ in range(prompts_per_rate)]
+            rates = (
+                [p for p in pass_rates for _ in range(prompts_per_rate)]
+                if mini_batches == 1
+                else [p for _ in range(prompts_per_rate) for p in pass_rates]
+            )
             examples = [
                 TaskExample(
                     prompt_id=f"s{step}b{i}",
@@ -268,20 +280,20 @@ def measure(
             phase = collect_groups(
                 step,
                 examples,
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=source,
-                codec=codec,
-                statistics=bandit_gradient_norms,
-                clock=pool.now,
+                bandit_phase(allocator, rewards=rewards, codec=codec, prompts=source, pool=pool),
             )
             rate.update(source.rates)
             groups = {g.prompt_id: g for g in phase.result.groups}
+            if mini_batches > 1:
+                first = first_mini_batch(phase.result.groups, mini_batches, codec)
+                rate = {pid: p for pid, p in rate.items() if pid in first}
             for pid, p in rate.items():
                 group = groups.get(pid)
                 g = np.zeros(RESPONSES)  # a prompt that kept no group contributes nothing
-                if group is not None and p in behaviour:
+                if group is not None and mini_batches > 1:
+                    g += first_mini_batch_gradient(p, group) * group_size
+                    drawn[p].append(group.pool_size)
+                elif group is not None and p in behaviour:
                     g += stale_gradient(p, group, tis_cap=tis_cap) * group_size
                     drawn[p].append(group.pool_size)
                 elif group is not None:
@@ -319,6 +331,34 @@ def measure(
     return checks
 
 
+def first_mini_batch(groups: Sequence[Group], mini_batches: int, codec: PromptCodec) -> set[str]:
+    """The prompts whose groups the learners train in the step's first mini-batch."""
+    batch = TrainBatch.from_groups(groups, pad_token_id=codec.pad_token_id)
+    first = split_mini_batches(batch, mini_batches)[0]
+    return {groups[int(i)].prompt_id for i in first.prompt_index.unique().tolist()}
+
+
+def first_mini_batch_gradient(p: float, group: Group) -> np.ndarray:  # [4]
+    """ĝ of one group through the learner's real loss at its first optimizer step: the weights
+    that sampled (ρ = 1), each sequence counting its `sequence_weight` in the normaliser, as
+    `BatchCounts` counts it: ĝ = -∇_θ L = (1/n)·Σ_j A_j·(e_{a_j} - π), n = Σ_j weight_j."""
+    rows = len(group.rollouts)
+    theta = torch.tensor(np.log(policy(p)), dtype=torch.float64, requires_grad=True)  # [4]
+    actions = torch.tensor([int(s.rollout.completion.text) for s in group.rollouts])
+    logprobs = torch.log_softmax(theta, dim=0)[actions][:, None]  # [N, 1]
+    count = rows * group.sequence_weight
+    output = policy_loss(
+        logprobs=logprobs,
+        behaviour_logprobs=logprobs.detach(),
+        advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
+        response_mask=torch.ones((rows, 1), dtype=torch.bool),
+        global_num_tokens=count,
+        global_num_sequences=count,
+    )
+    (gradient,) = torch.autograd.grad(output.loss, theta)
+    return -gradient.numpy()
+
+
 def stale_gradient(p: float, group: Group, *, tis_cap: float) -> np.ndarray:  # [4]
     """ĝ of one group through the learner's real loss (`adarl.algo.loss.policy_loss`) at the
     current policy π = policy(p), for samples drawn by a stale engine that reported log μ:
@@ -327,8 +367,6 @@ def stale_gradient(p: float, group: Group, *, tis_cap: float) -> np.ndarray:  # 
 
     (ratio against the current policy, `ratio_reference=learner`: 1 with gradient ∇ log π;
     TIS weight C = `tis_cap`), one token per response, normalised by the n trained samples."""
-    from adarl.algo.loss import policy_loss
-
     n = len(group.rollouts)
     theta = torch.tensor(np.log(policy(p)), dtype=torch.float64, requires_grad=True)  # [4]
     actions = torch.tensor([int(s.rollout.completion.text) for s in group.rollouts])
@@ -367,14 +405,14 @@ def _trial_weight(
     if group is None:
         return 0.0
     n = len(group.rollouts)
-    mean_n = config.samples_per_prompt
+    mean_n = config.mean_samples_per_prompt
     advantage = config.group.advantage
     if advantage == "raft":
         estimate = sampler.pass_rate_estimate(group.prompt_id)
         return 1.0 / estimate
     estimator = "ada_est" if advantage == "ada_est" else "grpo"
-    eps = {"ada_est_eps": config.estimation.epsilon} if estimator == "ada_est" else {}
-    return n / mean_n * float(implied_weight(p, estimator=estimator, group_size=n, **eps))
+    options = config.advantage_options()  # Ada-Est's ε: allocator.estimation.epsilon
+    return n / mean_n * float(implied_weight(p, estimator=estimator, group_size=n, options=options))
 
 
 @dataclass(frozen=True)
@@ -494,13 +532,7 @@ def measure_recurring(
             phase = collect_groups(
                 step,
                 source.next_batch(config.prompts_per_step),
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=source,
-                codec=codec,
-                statistics=bandit_gradient_norms,
-                clock=pool.now,
+                bandit_phase(allocator, rewards=rewards, codec=codec, prompts=source, pool=pool),
             )
             groups = {g.prompt_id: g for g in phase.result.groups}
             step_rollouts.append(int(phase.result.metrics["sampling/rollouts"]))
@@ -565,6 +597,26 @@ def bandit_gradient_norms(request: StatisticsRequest) -> StatisticsReply:
         action = int(scored.rollout.completion.text)
         values.append(float(np.linalg.norm(np.eye(RESPONSES)[action] - policy(p))))
     return StatisticsReply(kind=request.kind, values=tuple(values), weight_version=0)
+
+
+def bandit_phase(
+    allocator: BudgetAllocator,
+    *,
+    rewards: RewardPool,
+    codec: PromptCodec,
+    prompts: PromptSourceLike,
+    pool: SimulatedRolloutPool,
+) -> PhaseParts:
+    """A bandit step's rollout phase: on `pool`'s virtual clock, GVM's statistics exact."""
+    return PhaseParts(
+        allocator=allocator,
+        rollout=pool,
+        rewards=rewards,
+        prompts=prompts,
+        codec=codec,
+        statistics=bandit_gradient_norms,
+        clock=pool.now,
+    )
 
 
 class BanditPrompts:

@@ -101,7 +101,6 @@ def _engine(kind: str, model_path: str) -> Any:
 def measure_level(
     *, sft_steps: int, engine: str, prompts: int, samples: int, seed: int, cache_dir: str | None
 ) -> Level:
-    from adarl.allocator.pool_reward import FinishedPool
     from adarl.config.dro import DroFilterConfig
     from adarl.config.model import TINY_ARITHMETIC, TinyModelConfig
     from adarl.models.loading import load_tokenizer, resolve_model_path
@@ -111,7 +110,7 @@ def measure_level(
     from adarl.rollout.codec import PromptCodec
     from adarl.rollout.pool import RolloutPool
     from adarl.tasks.arithmetic import arithmetic_test_split
-    from adarl.types import PromptRequest, SamplingParams, ScoredRollout
+    from adarl.types import FinishedPool, PromptRequest, SamplingParams, ScoredRollout
 
     path = resolve_model_path(
         TINY_ARITHMETIC, cache_dir=cache_dir, tiny=TinyModelConfig(sft_steps=sft_steps)

@@ -72,9 +72,30 @@ WHEELS_ENV = "GPU_WHEELS"
 RESULTS_FILE = "gpu-check.json"
 DEFAULT_BUDGET_S = 450.0  # ≤ 8 minutes with the process start and the transfers
 # Each stage's share: its timeout is min(this, what is left of the budget).
-STAGE_LIMITS_S = {"install": 60.0, "imports": 30.0, "pytest": 110.0, "bench": 300.0}
+STAGE_LIMITS_S = {
+    "install": 60.0,
+    "imports": 30.0,
+    "pytest": 110.0,
+    "preflight": 150.0,
+    "bench": 300.0,
+}
 # A dry run is CPU work on a machine that may be shared: generous, it spends no device time.
-DRY_RUN_LIMITS_S = {"install": 120.0, "imports": 60.0, "pytest": 120.0, "bench": 400.0}
+DRY_RUN_LIMITS_S = {
+    "install": 120.0,
+    "imports": 60.0,
+    "pytest": 120.0,
+    "preflight": 600.0,
+    "bench": 400.0,
+}
+# `check --preflight`: `python -m adarl.preflight` as this machine can run it (no model carried,
+# no Ray, no vLLM): a small model built there, the HF engine and the learner in-process; tests/gpu
+# is the pytest stage's. Off by default: it does not fit the default budget beside the bench.
+PREFLIGHT_ARGS = (
+    "--checks", "environment,engine,weight_push,session",
+    "+experiment=qwen2_5_math_1_5b_seq_balance", "cluster=in_process", "cluster.rollout_engines=1",
+    "cluster.learners=1", "rollout.engine=hf", "rollout.device=cuda",
+    "learner.weight_sync.method=object_store",
+)  # fmt: skip
 
 
 # -- wheels (networked machine) ------------------------------------------------------------------
@@ -198,6 +219,7 @@ class CheckReport:
     installed: list[str] = field(default_factory=list)
     pytest: dict[str, object] = field(default_factory=dict)
     bench: dict[str, object] = field(default_factory=dict)
+    preflight: dict[str, object] = field(default_factory=dict)
     ok: bool = False
 
     def write(self, out: Path) -> None:
@@ -322,6 +344,7 @@ def check(
     budget_s: float = DEFAULT_BUDGET_S,
     dry_run: bool = False,
     bench_parts: Sequence[str] = (),
+    preflight: bool = False,
 ) -> CheckReport:
     """Install the carried packages, run `pytest tests/gpu` and `python -m adarl.bench gpu`
     (see the module docstring); returns the report also written to `out/gpu-check.json`."""
@@ -410,6 +433,16 @@ def check(
         ],
     )
     report.pytest = pytest_summary(junit)
+    preflight_ok = True
+    if preflight:
+        found = out / "preflight.json"
+        mode = "--dry-run" if dry_run else "--small-model"
+        work = target.parent / "adarl-preflight"  # its logs stay there: 8 files come back
+        command = ["-m", "adarl.preflight", mode, "--json", str(found), "--out", str(work)]
+        ran = stage("preflight", [python, *command, *PREFLIGHT_ARGS])
+        report.preflight = json.loads(found.read_text()) if found.is_file() else {}
+        found.unlink(missing_ok=True)  # folded into gpu-check.json: the out folder holds few files
+        preflight_ok = ran.ok
     bench_json = out / "bench.json"
     bench = stage(
         "bench",
@@ -430,7 +463,7 @@ def check(
     if bench_json.is_file():
         report.bench = json.loads(bench_json.read_text())
         bench_json.unlink()  # folded into gpu-check.json: the out folder holds few files
-    report.ok = install.ok and tests.ok and bench.ok
+    report.ok = install.ok and tests.ok and bench.ok and preflight_ok
     report.write(out)
     return report
 
@@ -465,6 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run.add_argument("--dry-run", action="store_true", help="CPU, micro sizes (make test)")
     run.add_argument("--bench-parts", nargs="+", default=[], help="default: every part")
+    run.add_argument("--preflight", action="store_true", help="also python -m adarl.preflight")
     args = parser.parse_args(argv)
     if args.command == "wheels":
         manifest = fetch_wheels(args.dest, python_version=args.python_version)
@@ -482,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget_s=args.budget_s or (700.0 if args.dry_run else DEFAULT_BUDGET_S),
         dry_run=args.dry_run,
         bench_parts=args.bench_parts,
+        preflight=args.preflight,
     )
     for result in report.stages:
         state = "timed out" if result.timed_out else f"exit {result.returncode}"

@@ -63,10 +63,10 @@ class Arm:
 # with the command that ran them at the commit that had them, stay in docs/benchmarks.md (e.g.
 # "Coverage: choosing the default").
 ARMS: tuple[Arm, ...] = (
-    Arm("grpo_n2", "grpo", ("allocator.samples_per_prompt=2",)),
-    Arm("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
-    Arm("grpo_n8", "grpo", ("allocator.samples_per_prompt=8",)),
-    Arm("grpo_n16", "grpo", ("allocator.samples_per_prompt=16",)),
+    Arm("grpo_n2", "grpo", ("allocator.uniform_samples_per_prompt=2",)),
+    Arm("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
+    Arm("grpo_n8", "grpo", ("allocator.uniform_samples_per_prompt=8",)),
+    Arm("grpo_n16", "grpo", ("allocator.uniform_samples_per_prompt=16",)),
     Arm("dapo", "dapo"),
     Arm("ada_seq_pos", "ada_seq_pos"),
     Arm("ada_seq_balance", "ada_seq_balance"),
@@ -114,7 +114,7 @@ ARMS: tuple[Arm, ...] = (
         )
         for label, experiment, overrides in (
             ("ada_seq_balance", "ada_seq_balance", ()),
-            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+            ("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
         )
         for lag in (1, 2)
     ),
@@ -134,7 +134,7 @@ ARMS: tuple[Arm, ...] = (
         )
         for label, experiment, overrides in (
             ("ada_seq_balance", "ada_seq_balance", ()),
-            ("grpo_n4", "grpo", ("allocator.samples_per_prompt=4",)),
+            ("grpo_n4", "grpo", ("allocator.uniform_samples_per_prompt=4",)),
         )
         for lag in (1, 2)
     ),
@@ -279,6 +279,9 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
         "trainer.max_sequence_tokens=null",
         # Every step draws at least one rollout, so the budget ends the run before this does.
         f"trainer.total_steps={setting.max_rollouts}",
+        # Every arm spends the whole budget: an arm that finds no signal at first is compared
+        # at equal rollouts like the others, not stopped early (trainer.min_mixed_group_fraction).
+        "trainer.min_mixed_group_fraction=0",
         # No warm-up by default: 20 steps is 13% of GRPO n = 4's 40k rollouts but 43% of
         # Seq-Balance's, a schedule that favours the arms taking more steps (Setting).
         *(

@@ -1,8 +1,8 @@
 """The runs of `python -m adarl.bench sampler` (adarl/bench/sampler_cli.py): what streaming
 sequential sampling costs in rollouts and time.
 
-Every number comes from the driver's own rollout phase, `adarl.driver.collect_groups`, with the
-real `BudgetAllocator`, samplers, group builder and `RewardPool`:
+Every number comes from the driver's own rollout phase, `adarl.driver.rollout_phase.collect_groups`,
+with the real `BudgetAllocator`, samplers, group builder and `RewardPool`:
 
 * **simulated** (the claim about GPU clusters): outcomes from the scripted `FakeEngine` (known pass
   rates, drawn from adarl/bench/sampler_world.py's `PassRateMix`), time from
@@ -34,7 +34,13 @@ from adarl.allocator.metrics import is_mixed
 from adarl.bench.bandit import NoPrompts
 from adarl.bench.sampler_world import FakeWorld, fake_world
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
-from adarl.driver import RolloutPhase, RolloutPoolLike, RolloutStream, collect_groups
+from adarl.driver.rollout_phase import (
+    PhaseParts,
+    RolloutPhase,
+    RolloutPoolLike,
+    RolloutStream,
+    collect_groups,
+)
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
@@ -94,9 +100,7 @@ def run_phase(
     allocator = allocator if allocator is not None else build_allocator(config)
     counter = _DrawCounter(pool)
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=2) as rewards:
-        phase: RolloutPhase = collect_groups(
-            step,
-            examples,
+        parts = PhaseParts(
             allocator=allocator,
             rollout=counter,
             rewards=rewards,
@@ -104,6 +108,7 @@ def run_phase(
             codec=codec,
             clock=clock,
         )
+        phase = collect_groups(step, examples, parts)
     groups = phase.result.groups
     return PhaseOutcome(
         wall_s=phase.wall_s,
@@ -139,13 +144,13 @@ def sampler_configs(
         "uniform_same_rollouts": AllocatorConfig(
             sampler="uniform",
             prompts_per_step=prompts,
-            samples_per_prompt=uniform_n,
+            uniform_samples_per_prompt=uniform_n,
             group=GroupConfig(group_size=4, advantage="grpo"),
         ),
         "uniform_n4": AllocatorConfig(
             sampler="uniform",
             prompts_per_step=prompts,
-            samples_per_prompt=4,
+            uniform_samples_per_prompt=4,
             group=GroupConfig(group_size=4, advantage="grpo"),
         ),
     }
@@ -262,19 +267,21 @@ def run_steps(
         engine=world.engine, latency=latency, is_correct=world.is_correct, seed=seed
     )
     allocator = BudgetAllocator(
-        **{**allocator_kwargs(config), "max_open_steps": ahead + 1 if overlapped else 1}
+        **{**allocator_kwargs(config.plan()), "max_open_steps": ahead + 1 if overlapped else 1}
     )
     opened: set[int] = set()
     phases: list[RolloutPhase] = []
     most_open = 1
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=2) as rewards:
         stream = RolloutStream(
-            allocator=allocator,
-            rollout=pool,
-            rewards=rewards,
-            prompts=NoPrompts(),
-            codec=world.codec,
-            clock=pool.now,
+            PhaseParts(
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=NoPrompts(),
+                codec=world.codec,
+                clock=pool.now,
+            )
         )
 
         def opener(step: int):

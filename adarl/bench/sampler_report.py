@@ -288,7 +288,8 @@ Reproduce: `{command}` (CPU, a few minutes; simulated numbers are deterministic 
 
 **What is measured.** One rollout phase (a training step's sampling) of {prompts} prompts,
 averaged over {steps} steps with fresh prompts, through the driver's own loop
-(`adarl.driver.collect_groups`) with the real allocator, sampler, group builder and reward pool.
+(`adarl.driver.rollout_phase.collect_groups`) with the real allocator, sampler, group builder
+and reward pool.
 Simulated: outcomes from the scripted `FakeEngine` (15% p = 0, 10% p ~ U(0.01, 0.1), 45% p ~ U(0.1,
 0.9), 15% p ~ U(0.9, 0.99), 15% p = 1), time from `adarl.rollout.simulated`'s latency model
 ({latency.engines} engines × {latency.slots} slots; response lengths LogNormal(median

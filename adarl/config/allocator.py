@@ -1,7 +1,8 @@
 """Structured config of the budget allocator (`adarl.allocator.build_allocator` reads it).
 
 `AllocatorConfig`
-    sampler: how rollouts are spent per prompt: "uniform" (GRPO: `samples_per_prompt` each),
+    sampler: how rollouts are spent per prompt: "uniform" (GRPO: `uniform_samples_per_prompt`
+        each),
         "seq_pos" (Reinforce-Ada-Seq: until `sequential.k_pos` positives), "seq_balance"
         (until `k_pos` positives and `k_neg` negatives), "dynamic_filter" (DAPO: keep groups
         with mixed outcomes, refill prompts until `prompts_per_step` groups), "ada_est"
@@ -11,29 +12,34 @@
         declared objective's, or HORA's hit utility; adarl/allocator/samplers/knapsack.py).
     prompts_per_step: prompts the driver draws per step; the dynamic filter's target number of
         trained groups.
-    samples_per_prompt: responses per prompt for "uniform" and "dynamic_filter"; the mean
-        responses per prompt for "ada_est" and "gvm" (their step budget is this × prompts); for
-        the sequential samplers with `group.group_size: null` (train on whole pools), how many
-        sequences' worth a prompt's pool weighs in the loss.
+    uniform_samples_per_prompt: each prompt's draw, exactly, for "uniform" and "dynamic_filter"
+        (and the draw a curation skip predicts collapse for).
+    mean_samples_per_prompt: the mean responses per prompt for "ada_est", "gvm" (second-stage
+        samples, after the pilot) and "knapsack" (also its first-visit draw): the step's budget is
+        this × prompts_per_step.
+    samples_per_prompt: retired (it meant four things); setting it fails, naming the key that
+        replaces it for the sampler: uniform_samples_per_prompt, mean_samples_per_prompt,
+        sequential.initial_samples (the sequential first draw), group.pool_weight (the weight of
+        a whole pool) or rollouts_per_step (the budget).
     max_samples_per_prompt: per-prompt cap for the sequential samplers, "ada_est", "gvm" and
         "knapsack".
-    rollouts_per_step: the step's rollout budget, spent to the rollout: prompts are drawn until
-        it is (so a step's trained batch varies in prompts). null = prompts_per_step ×
-        samples_per_prompt (what GRPO with the same prompts spends) for "knapsack" and under a
-        curation skip; for "uniform" without a skip null keeps the fixed prompts_per_step (the
-        same spend). For "seq_pos" and "seq_balance" (streaming) it is an admission target,
-        not a cap: the step admits the driver's prompts_per_step prompts, then more as they
-        settle, while its committed samples (drawn, and at least the run's mean per prompt for
-        each open one) are under it; every admitted prompt runs its stopping rule to the end, so
-        the declared objective is unchanged and a step spends about this many (null: the fixed
-        prompts_per_step batch, capped by max_samples_per_step). The other samplers keep their
-        own per-step rules (ada_est and gvm spend samples_per_prompt × prompts_per_step already)
-        and refuse a value.
+    rollouts_per_step: the step's rollout budget, spent to the rollout: prompts are drawn until it
+        is (so a step's trained batch varies in prompts). null = prompts_per_step ×
+        mean_samples_per_prompt for "knapsack", prompts_per_step × uniform_samples_per_prompt under
+        a curation skip (what GRPO with the same prompts spends); for "uniform" without a skip null
+        keeps the fixed prompts_per_step (the same spend). For "seq_pos" and "seq_balance"
+        (streaming) it is an admission target, not a cap: the step admits the driver's
+        prompts_per_step prompts, then more as they settle, while its committed samples (drawn, and
+        at least the run's mean per prompt for each open one) are under it; every admitted prompt
+        runs its stopping rule to the end, so the declared objective is unchanged and a step spends
+        about this many (null: the fixed prompts_per_step batch, capped by max_samples_per_step).
+        The other samplers keep their own per-step rules (ada_est and gvm spend
+        mean_samples_per_prompt × prompts_per_step already) and refuse a value.
     max_samples_per_step: global cap on responses drawn in one step (counted at dispatch, never
         exceeded); None = prompts_per_step × max_samples_per_prompt for the sequential
         samplers (no cap under their rollouts_per_step, which admits prompts instead),
-        4 × prompts_per_step × samples_per_prompt for "dynamic_filter" (the verl recipe's usual
-        max_num_gen_batches), no cap for "uniform".
+        4 × prompts_per_step × uniform_samples_per_prompt for "dynamic_filter" (the verl recipe's
+        usual max_num_gen_batches), no cap for "uniform".
     positive_threshold: a response is positive iff reward > this (the reference code uses 0.7).
     seed: seeds requests and random downsampling (derived per step/prompt: no RNG state); None
         (default) = derived from the root `seed` (adarl/config/seeds.py).
@@ -46,7 +52,8 @@
         in `adarl.allocator.samplers.sequential`) or "rounds" (the reference implementation's
         synchronous rounds; the cap becomes round_repeat × max_rounds).
     initial_samples: floor of the first draw per prompt in streaming mode; None = the fewest
-        samples after which the rule could resolve (k_pos + k_neg).
+        samples after which the rule could resolve (k_pos + k_neg). The first draw is also what
+        a whole pool weighs unless group.pool_weight says otherwise.
     max_overshoot_fraction: streaming draw sizes (`adarl.algo.drawing.DrawRule`): a draw's
         expected overshoot (samples the one-at-a-time rule would not have drawn) is at most this
         fraction of the pool's useful samples (those already drawn plus the draw's useful ones),
@@ -128,21 +135,27 @@ stats.py)
 
 `GroupConfig` (`adarl.allocator.group_builder`)
     group_size: responses trained on per prompt (n); None = the whole pool (nothing drawn is
-        discarded; with pooled advantages each prompt's pool weighs `samples_per_prompt`
-        sequences in the loss, see `adarl.allocator.group_builder`).
-    advantage: "pool" (Reinforce-Ada: pool baseline + `correction`) or a uniform-group
-        estimator: "grpo", "dr_grpo", "rloo", "raft", "reinforce_baseline", "ada_est",
-        "passk_training" (Pass@k Training's analytical advantages, arXiv 2508.10751, k =
-        objective_k) or "pkpo" (PKPO's unbiased pass@k gradient, arXiv 2505.15201, k = objective_k,
-        baseline pkpo_baseline). passk_training and pkpo need groups of at least k samples whose
-        size is fixed before their labels: sampler uniform or dynamic_filter (samples_per_prompt
-        >= k), or knapsack with whole pools and curation.min_samples_per_prompt >= k.
+        discarded; with pooled advantages each prompt's pool weighs `pool_weight` sequences in
+        the loss, see `adarl.allocator.group_builder`).
+    pool_weight: the sequences a whole pool weighs in the loss (pooled advantages with
+        group_size null; GVM-RAFT's n̄); null = the sampler's planned draw per prompt:
+        uniform_samples_per_prompt, mean_samples_per_prompt, or the sequential first draw
+        (sequential.initial_samples, else k_pos + k_neg; rounds: round_repeat).
+    advantage: "pool" (Reinforce-Ada: pool baseline + `correction`) or the name of a
+        uniform-group estimator, one of `adarl.algo.advantages.UNIFORM_ESTIMATORS` (GRPO, Dr.
+        GRPO, RLOO, RAFT, REINFORCE with the prompt's prior as baseline, Ada-Est, Pass@k
+        Training's analytical advantages (arXiv 2508.10751) and PKPO's unbiased pass@k gradient
+        (arXiv 2505.15201), both with k = objective_k; docs/algorithms.md). Those that need
+        groups of at least k samples (the pass@k ones) need sizes fixed before their labels:
+        sampler uniform or dynamic_filter (uniform_samples_per_prompt >= k), or knapsack with
+        whole pools and curation.min_samples_per_prompt >= k.
     correction: for "pool": "none" (A = r - p̃, the released script), "std", "selection",
         "inverse_p", "inverse_sqrt_p" (`adarl.algo.selection.Correction`).
-    objective, objective_alpha: the declared f for "selection" ("linear", "log", "arcsin",
-        "logit": log(p/(1-p)), whose correction needs no pass-rate estimate (h = 1: A = ±n/n±),
-        "power" with exponent objective_alpha, "pass_at_k": 1 - (1-p)^k with k = objective_k);
-        also the f of ada_est's "variance_optimal" rule and of the declared knapsack value.
+    objective, objective_alpha: the declared f for "selection", one of
+        `adarl.algo.objectives.OBJECTIVES` ("linear", "log", "arcsin", "logit": log(p/(1-p)),
+        whose correction needs no pass-rate estimate (h = 1: A = ±n/n±), "power" with exponent
+        objective_alpha, "pass_at_k": 1 - (1-p)^k with k = objective_k); also the f of ada_est's
+        "variance_optimal" rule and of the declared knapsack value.
     objective_k: k of pass@k, in samples (the attempts pass@k counts; integer >= 1, default 8):
         the k of objective "pass_at_k" (weight k(1-p)^(k-1)) and of the advantages
         "passk_training" and "pkpo".
@@ -162,7 +175,7 @@ stats.py)
         the SFT loss averaged over accepted samples, RAFT as usually run: log p gated by
         1 - (1-p)^n; `adarl.algo.advantages.raft_advantages`), or "estimate" (GVM-RAFT:
         A = n̄/(n_i p_i) on accepted samples, p_i the gvm sampler's pilot pass rate, n̄ =
-        samples_per_prompt: log p when p_i = p).
+        pool_weight (null: mean_samples_per_prompt): log p when p_i = p).
     clip_delta: pass rates in weights are clipped to [δ, 1-δ].
     pass_rate_estimate: the pool pass rate p̂ that "pool" advantages use: "unbiased" (exactly
         unbiased under the sampler's real draws, chunks and futility stop included:
@@ -175,6 +188,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from adarl.algo.advantages import (
+    PKPO_BASELINES,
+    POOL_ADVANTAGE,
+    RAFT_NORMALIZATIONS,
+    AdvantageOptions,
+    advantage_names,
+    get_uniform_estimator,
+    group_relative_estimators,
+)
+from adarl.algo.objectives import OBJECTIVES
+
 SAMPLERS = ("uniform", "seq_pos", "seq_balance", "dynamic_filter", "ada_est", "gvm", "knapsack")
 SKIP_RULES = ("none", "greso", "posterior")
 KNAPSACK_VALUES = ("declared", "knapsack_rl", "hora")
@@ -182,25 +206,10 @@ PRIOR_POOLS = ("difficulty", "task")
 # Samplers that spend a rollout budget to the rollout, drawing prompts until it is spent.
 BUDGETED_SAMPLERS = ("uniform", "knapsack")
 SEQUENTIAL_MODES = ("streaming", "rounds")
-ADVANTAGES = (
-    "pool",
-    "grpo",
-    "dr_grpo",
-    "rloo",
-    "raft",
-    "reinforce_baseline",
-    "ada_est",
-    "passk_training",
-    "pkpo",
-)
-PASS_AT_K_ADVANTAGES = ("passk_training", "pkpo")
-FOCAL_ADVANTAGES = ("grpo", "dr_grpo", "rloo")  # group-relative: F-GRPO's factor is defined
-PKPO_BASELINES = ("loo_minus_one", "loo", "none")
+SEQUENTIAL_SAMPLERS = ("seq_pos", "seq_balance")
 CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
 UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
 DOWNSAMPLE_ORDERS = ("random", "earliest")
-OBJECTIVES = ("linear", "log", "arcsin", "logit", "power", "pass_at_k")
-RAFT_NORMALIZATIONS = ("group", "positives", "estimate")
 ADA_EST_RULES = ("inverse_sqrt", "sqrt_odds", "variance_optimal")
 PASS_RATE_ESTIMATES = ("unbiased", "pool")
 
@@ -430,18 +439,24 @@ class GroupConfig:
     raft_normalization: str = "group"
     clip_delta: float = 1e-3
     pass_rate_estimate: str = "unbiased"
+    pool_weight: int | None = None
 
     def validate(self) -> None:
         if self.group_size is not None and self.group_size < 1:
             raise ValueError(
                 f"allocator.group.group_size={self.group_size} must be >= 1 (or null: whole pools)"
             )
+        if self.pool_weight is not None and self.pool_weight < 1:
+            raise ValueError(
+                f"allocator.group.pool_weight={self.pool_weight} must be >= 1 or null (the "
+                "sampler's planned draw per prompt)"
+            )
         for key, value, allowed in (
-            ("advantage", self.advantage, ADVANTAGES),
+            ("advantage", self.advantage, advantage_names()),
             ("correction", self.correction, CORRECTIONS),
             ("unresolved_policy", self.unresolved_policy, UNRESOLVED_POLICIES),
             ("downsample_order", self.downsample_order, DOWNSAMPLE_ORDERS),
-            ("objective", self.objective, OBJECTIVES),
+            ("objective", self.objective, tuple(OBJECTIVES)),
             ("raft_normalization", self.raft_normalization, RAFT_NORMALIZATIONS),
             ("pass_rate_estimate", self.pass_rate_estimate, PASS_RATE_ESTIMATES),
             ("pkpo_baseline", self.pkpo_baseline, PKPO_BASELINES),
@@ -459,22 +474,38 @@ class GroupConfig:
                 f"allocator.group.focal_gamma={self.focal_gamma} must be >= 0 (0 turns F-GRPO's "
                 "factor off)"
             )
-        if self.focal_gamma > 0 and self.advantage not in FOCAL_ADVANTAGES:
+        if self.focal_gamma > 0 and self.advantage not in group_relative_estimators():
             raise ValueError(
                 f"allocator.group.focal_gamma={self.focal_gamma} (F-GRPO) multiplies a "
-                f"group-relative advantage, one of {FOCAL_ADVANTAGES}, but allocator.group."
-                f"advantage={self.advantage!r}; set allocator.group.advantage=grpo (F-GRPO as "
+                f"group-relative advantage, one of {group_relative_estimators()}, but "
+                f"allocator.group.advantage={self.advantage!r}; set allocator.group.advantage=grpo "
+                "(F-GRPO as "
                 "published) or allocator.group.focal_gamma=0"
             )
         if not 0.0 < self.clip_delta < 0.5:
             raise ValueError(f"allocator.group.clip_delta={self.clip_delta} must be in (0, 0.5)")
 
 
+@dataclass(frozen=True)
+class AllocatorPlan:
+    """A validated `AllocatorConfig` and the counts it resolves to (`AllocatorConfig.plan`)."""
+
+    config: AllocatorConfig
+    max_samples_per_prompt: int  # the per-prompt cap (rounds: round_repeat × max_rounds)
+    max_samples_per_step: int | None  # max_samples_per_step, its null resolved; None: no cap
+    rollout_budget: int | None  # rollouts_per_step, its null resolved; None: no budget
+    # each prompt's planned draw before its labels: the uniform draw, the mean (ada_est, gvm,
+    # knapsack) or the sequential first draw (initial_samples, else k_pos + k_neg; rounds: a round)
+    planned_samples_per_prompt: int
+    pool_weight: int  # the sequences a whole pool weighs (group.pool_weight, null resolved)
+
+
 @dataclass
 class AllocatorConfig:
     sampler: str = "seq_balance"
     prompts_per_step: int = 64
-    samples_per_prompt: int = 4
+    uniform_samples_per_prompt: int = 4
+    mean_samples_per_prompt: int = 4
     max_samples_per_prompt: int = 32
     max_samples_per_step: int | None = None
     rollouts_per_step: int | None = None
@@ -485,13 +516,16 @@ class AllocatorConfig:
     estimation: EstimationConfig = field(default_factory=EstimationConfig)
     group: GroupConfig = field(default_factory=GroupConfig)
     curation: CurationConfig = field(default_factory=CurationConfig)
+    samples_per_prompt: int | None = None  # retired: validation names what replaced it
 
     def rollout_budget(self) -> int | None:
         """The step's rollout budget (`rollouts_per_step`, its null resolved); None: none."""
         if self.rollouts_per_step is not None:
             return self.rollouts_per_step
-        if self.sampler == "knapsack" or self.curation.skip != "none":
-            return self.prompts_per_step * self.samples_per_prompt
+        if self.sampler == "knapsack":
+            return self.prompts_per_step * self.mean_samples_per_prompt
+        if self.curation.skip != "none":
+            return self.prompts_per_step * self.uniform_samples_per_prompt
         return None
 
     def candidate_cap(self) -> int:
@@ -504,17 +538,92 @@ class AllocatorConfig:
         count = self.curation.candidates_per_step
         return self.prompts_per_step if count is None else count
 
+    def advantage_options(self) -> AdvantageOptions:
+        """The uniform-group estimators' parameters, as the group builder and the objective
+        declaration pass them (`adarl.algo.advantages.AdvantageOptions`)."""
+        group = self.group
+        return AdvantageOptions(
+            raft_normalization=group.raft_normalization,
+            pkpo_baseline=group.pkpo_baseline,
+            ada_est_eps=self.estimation.epsilon,
+            focal_gamma=group.focal_gamma,
+        )
+
+    def plan(self) -> AllocatorPlan:
+        """This config, validated, with every count it leaves to be derived resolved once: the
+        builders and the objective declaration read the plan, never these rules again."""
+        self.validate()
+        seq = self.sequential
+        sequential = self.sampler in SEQUENTIAL_SAMPLERS
+        cap = self.max_samples_per_prompt
+        if sequential and seq.mode == "rounds":
+            cap = seq.round_repeat * seq.max_rounds
+        step_cap = self.max_samples_per_step
+        if step_cap is None and sequential and self.rollouts_per_step is None:
+            step_cap = self.prompts_per_step * cap
+        elif step_cap is None and self.sampler == "dynamic_filter":
+            # the verl recipe's usual max_num_gen_batches: 4 batches' worth
+            step_cap = 4 * self.prompts_per_step * self.uniform_samples_per_prompt
+        if self.sampler in ("uniform", "dynamic_filter"):
+            planned = self.uniform_samples_per_prompt
+        elif not sequential:
+            planned = self.mean_samples_per_prompt
+        elif seq.mode == "rounds":
+            planned = seq.round_repeat
+        elif seq.initial_samples is not None:
+            planned = seq.initial_samples
+        else:  # the fewest samples after which the rule could resolve
+            planned = seq.k_pos + (0 if self.sampler == "seq_pos" else seq.k_neg)
+        pool_weight = self.group.pool_weight
+        return AllocatorPlan(
+            config=self,
+            max_samples_per_prompt=cap,
+            max_samples_per_step=step_cap,
+            rollout_budget=self.rollout_budget(),
+            planned_samples_per_prompt=planned,
+            pool_weight=planned if pool_weight is None else pool_weight,
+        )
+
+    def validate_retired_keys(self) -> None:
+        """`allocator.samples_per_prompt` meant four things; each has its own key now."""
+        if self.samples_per_prompt is None:
+            return
+        if self.sampler in ("uniform", "dynamic_filter"):
+            instead = f"allocator.uniform_samples_per_prompt={self.samples_per_prompt}"
+        elif self.sampler in SEQUENTIAL_SAMPLERS:
+            instead = (
+                f"allocator.sequential.initial_samples={self.samples_per_prompt} (the first "
+                f"draw) and/or allocator.group.pool_weight={self.samples_per_prompt} (what a "
+                "whole pool weighs)"
+            )
+        else:
+            instead = f"allocator.mean_samples_per_prompt={self.samples_per_prompt}"
+        raise ValueError(
+            f"allocator.samples_per_prompt is retired (it meant four things); with "
+            f"allocator.sampler={self.sampler!r} set {instead}. Its replacements: "
+            "allocator.uniform_samples_per_prompt (each prompt's draw: uniform, dynamic_filter), "
+            "allocator.mean_samples_per_prompt (the mean: ada_est, gvm, knapsack), "
+            "allocator.sequential.initial_samples (the sequential samplers' first draw), "
+            "allocator.group.pool_weight (the sequences a whole pool weighs) and "
+            "allocator.rollouts_per_step (the step's rollout budget)"
+        )
+
     def validate(self) -> None:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"allocator.sampler={self.sampler!r} is not one of {SAMPLERS}")
+        self.validate_retired_keys()
         if self.prompts_per_step < 1:
             raise ValueError(f"allocator.prompts_per_step={self.prompts_per_step} must be >= 1")
-        if self.samples_per_prompt < 1:
-            raise ValueError(f"allocator.samples_per_prompt={self.samples_per_prompt} must be >= 1")
-        if self.sampler == "dynamic_filter" and self.samples_per_prompt < 2:
+        for key, value in (
+            ("uniform_samples_per_prompt", self.uniform_samples_per_prompt),
+            ("mean_samples_per_prompt", self.mean_samples_per_prompt),
+        ):
+            if value < 1:
+                raise ValueError(f"allocator.{key}={value} must be >= 1")
+        if self.sampler == "dynamic_filter" and self.uniform_samples_per_prompt < 2:
             raise ValueError(
-                "allocator.samples_per_prompt must be >= 2 with sampler=dynamic_filter (a group "
-                "of one never has mixed outcomes)"
+                "allocator.uniform_samples_per_prompt must be >= 2 with sampler=dynamic_filter (a "
+                "group of one never has mixed outcomes)"
             )
         if self.max_samples_per_prompt < 1:
             raise ValueError(
@@ -530,7 +639,7 @@ class AllocatorConfig:
                 f"allocator.positive_threshold={self.positive_threshold} must be in [0, 1) "
                 "(rewards are in [0, 1]; a response is positive iff reward > threshold)"
             )
-        if self.sampler in ("seq_pos", "seq_balance"):
+        if self.sampler in SEQUENTIAL_SAMPLERS:
             self.sequential.validate(
                 sampler=self.sampler, max_samples_per_prompt=self.max_samples_per_prompt
             )
@@ -552,7 +661,7 @@ class AllocatorConfig:
                 f" - estimation.gvm_presamples = {self.max_samples_per_prompt} - "
                 f"{est.gvm_presamples}; lower it or raise the cap"
             )
-        if self.rollouts_per_step is not None and self.sampler in ("seq_pos", "seq_balance"):
+        if self.rollouts_per_step is not None and self.sampler in SEQUENTIAL_SAMPLERS:
             if self.sequential.mode != "streaming":
                 raise ValueError(
                     f"allocator.rollouts_per_step={self.rollouts_per_step} with "
@@ -617,7 +726,7 @@ class AllocatorConfig:
     def validate_coverage(self) -> None:
         """The coverage options' cross-checks (docs/algorithms.md "Coverage objectives")."""
         group, cur = self.group, self.curation
-        sequential = self.sampler in ("seq_pos", "seq_balance")
+        sequential = self.sampler in SEQUENTIAL_SAMPLERS
         if group.focal_gamma > 0 and sequential:
             raise ValueError(
                 f"allocator.group.focal_gamma={group.focal_gamma} with sampler={self.sampler!r}: "
@@ -625,14 +734,17 @@ class AllocatorConfig:
                 "on its labels (its rate is pulled to the stopping rule's quota); use "
                 "sampler=uniform (+experiment=f_grpo) or allocator.group.focal_gamma=0"
             )
-        if group.advantage in PASS_AT_K_ADVANTAGES:
+        estimator = None
+        if group.advantage != POOL_ADVANTAGE:
+            estimator = get_uniform_estimator(group.advantage)
+        if estimator is not None and estimator.min_group_size is not None:
             k = group.objective_k
-            least = k + 1 if group.advantage == "pkpo" and group.pkpo_baseline == "loo" else k
+            least = estimator.min_group_size(k, self.advantage_options())
             if self.sampler in ("uniform", "dynamic_filter"):
-                size = self.samples_per_prompt
+                size = self.uniform_samples_per_prompt
                 if group.group_size is not None:
                     size = min(size, group.group_size)
-                where = "allocator.samples_per_prompt (and group.group_size)"
+                where = "allocator.uniform_samples_per_prompt (and group.group_size)"
             elif self.sampler == "knapsack" and group.group_size is None:
                 size = cur.min_samples_per_prompt
                 where = "allocator.curation.min_samples_per_prompt"

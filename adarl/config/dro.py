@@ -55,11 +55,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from adarl.algo.advantages import real_valued_estimators
+
 REWARDS = ("verifier", "r3")
 TEMPLATES = ("answer_marker", "arithmetic_restatement")
 CERTAINTIES = ("prob", "logprob")
 WEIGHT_SHAPES = ("power", "softmax", "uniform")
-R3_ADVANTAGES = ("grpo", "dr_grpo", "rloo")
 
 
 @dataclass
@@ -129,10 +130,10 @@ class DroConfig:
                 "the verifier's rewards while sampling, which R3 replaces only at the end of the "
                 "step; use allocator=uniform (or dro.reward=verifier to keep the verifier)"
             )
-        if self.reward == "r3" and advantage not in R3_ADVANTAGES:
+        if self.reward == "r3" and advantage not in real_valued_estimators():
             raise ValueError(
                 f"dro.reward=r3 with allocator.group.advantage={advantage!r}: R3 rewards are "
-                f"real-valued, not pass/fail; use one of {R3_ADVANTAGES}"
+                f"real-valued, not pass/fail; use one of {real_valued_estimators()}"
             )
         if (
             self.scoring_pass

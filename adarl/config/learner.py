@@ -18,9 +18,17 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
     max_grad_norm: clip the global gradient norm to this; 0 disables clipping (the norm is
         logged either way as train/grad_norm).
     max_tokens_per_micro_batch: token budget of one forward/backward (padded sequence length ×
-        sequences). A step accumulates gradients over as many micro-batches as the batch needs;
-        the result equals one big batch. A sequence longer than the budget gets a micro-batch
-        of its own.
+        sequences). An optimizer step accumulates gradients over as many micro-batches as its
+        (mini-)batch needs; the result equals one big batch. A sequence longer than the budget
+        gets a micro-batch of its own.
+    mini_batches_per_step: optimizer steps per training step: the step's batch is cut into this
+        many mini-batches of whole groups (a group is never split), in batch order, of equal
+        numbers of groups, each normalised by its own counts (verl's ppo_mini_batch_size, as a
+        count; the Reinforce-Ada recipe's 4 mini-batches of 128 of its 512 prompts). 1 = one
+        optimizer step on the whole batch. docs/algorithms.md "Mini-batch updates" says what the
+        first and the later mini-batches optimise.
+    epochs_per_step: passes over the step's mini-batches (verl's ppo_epochs, TRL's
+        num_iterations); each pass takes one optimizer step per mini-batch.
     logprob_chunk_tokens: scored tokens per chunk of the output head. Log-probs and entropy are
         computed only at response positions, this many at a time under activation
         checkpointing, so the logits never exist as a [B, T, V] tensor: the head's memory grows
@@ -33,6 +41,10 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
     seed: seed of each learner's torch RNG; None (default) = derived from the root `seed`.
     reference_model: a model directory for the frozen KL reference; None = the initial policy.
         Loaded only when `loss.kl_coef` ≠ 0.
+    reference_reset_every_steps: ProRL's reference reset (arXiv 2505.24864): every this many
+        training steps the KL reference becomes a copy of the current policy (the optimizer's
+        moments are kept; ProRL also resets them). Needs `loss.kl_coef` > 0. None = never: the
+        KL anchors the policy to where training started. Checkpoints hold the moved reference.
     loss: the policy loss (`PolicyLossConfig`).
     weight_sync: how new weights reach the rollout engines (`WeightSyncConfig`).
 
@@ -44,13 +56,21 @@ defaults are the only ones)
     dual_clip: bound -A·c on the loss of negative-advantage tokens (c > 1, e.g. 3); None = off.
     ratio_reference: the policy the PPO ratio is taken against: "behaviour" (the engine's
         log-probs: staleness and engine/learner mismatch are both inside the clipped ratio) or
-        "learner" (the learner's own log-probs under the pre-update weights; with one optimizer
-        step per batch the ratio is then 1 and only `tis_cap` corrects the mismatch).
+        "learner" (the learner's own log-probs under the weights the training step starts
+        from, scored before its first update when it takes several; with one optimizer step
+        the ratio is then 1 and only `tis_cap` corrects the mismatch).
     tis_cap: truncated importance-sampling cap C on π_learner/π_engine (needs ratio_reference
         "learner"); None = no correction.
     kl_coef: weight of the KL(π_θ ‖ π_ref) loss term; 0 = no reference model is loaded.
     kl_estimator: "k1", "k2" or "k3".
     entropy_coef: weight of the entropy bonus (subtracted from the loss); 0 = logged only.
+    simko_alpha: SimKO (arXiv 2510.14807): on the high-entropy tokens of responses with a
+        positive advantage, this share α of the ratio's gradient goes to the top-K candidate
+        tokens instead of the sampled one (0 = off; the paper's 0.01). Its other settings:
+        simko_top_k (K, 3), simko_entropy_quantile (a token is high-entropy above this quantile
+        of its response's token entropies, 0.8), simko_negative_scale (the advantage of a
+        negative response's high-entropy token is multiplied by this where the token is the
+        policy's most likely one, 1.1). adarl/algo/loss.py `simko_ratio`; docs/algorithms.md §14.
 
 `WeightSyncConfig`
     method: "object_store" (CPU path: full weights gathered once, shipped in buckets through
@@ -86,6 +106,10 @@ class PolicyLossConfig:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0
+    simko_alpha: float = 0.0
+    simko_top_k: int = 3
+    simko_entropy_quantile: float = 0.8
+    simko_negative_scale: float = 1.1
 
     def validate(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -115,6 +139,20 @@ class PolicyLossConfig:
                 )
         if self.kl_coef < 0:
             raise ValueError(f"learner.loss.kl_coef={self.kl_coef} must be >= 0")
+        if not 0.0 <= self.simko_alpha < 1.0:
+            raise ValueError(
+                f"learner.loss.simko_alpha={self.simko_alpha} must be in [0, 1) (0 = off; the "
+                "paper's 0.01)"
+            )
+        if self.simko_top_k < 1 or not 0.0 < self.simko_entropy_quantile < 1.0:
+            raise ValueError(
+                f"learner.loss.simko_top_k={self.simko_top_k} must be >= 1 and "
+                f"learner.loss.simko_entropy_quantile={self.simko_entropy_quantile} in (0, 1)"
+            )
+        if self.simko_negative_scale <= 0:
+            raise ValueError(
+                f"learner.loss.simko_negative_scale={self.simko_negative_scale} must be > 0"
+            )
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(
                 f"learner.loss.kl_estimator={self.kl_estimator!r}; use one of {list(KL_ESTIMATORS)}"
@@ -161,10 +199,13 @@ class LearnerConfig:
     lr_warmup_steps: int = 0
     max_grad_norm: float = 1.0
     max_tokens_per_micro_batch: int = 8192
+    mini_batches_per_step: int = 1
+    epochs_per_step: int = 1
     logprob_chunk_tokens: int = 1024
     activation_checkpointing: bool = False
     seed: int | None = None
     reference_model: str | None = None
+    reference_reset_every_steps: int | None = None
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
@@ -193,6 +234,12 @@ class LearnerConfig:
                 f"learner.max_tokens_per_micro_batch={self.max_tokens_per_micro_batch} must be "
                 ">= 1 (it should hold at least your longest prompt + response)"
             )
+        for key in ("mini_batches_per_step", "epochs_per_step"):
+            if getattr(self, key) < 1:
+                raise ValueError(
+                    f"learner.{key}={getattr(self, key)} must be >= 1 (1 = one optimizer step "
+                    "per training step)"
+                )
         if self.logprob_chunk_tokens < 1:
             raise ValueError(
                 f"learner.logprob_chunk_tokens={self.logprob_chunk_tokens} must be >= 1 (e.g. "
@@ -200,3 +247,10 @@ class LearnerConfig:
             )
         self.loss.validate()
         self.weight_sync.validate()
+        every = self.reference_reset_every_steps
+        if every is not None and (every < 1 or self.loss.kl_coef <= 0):
+            raise ValueError(
+                f"learner.reference_reset_every_steps={every} needs a value >= 1 and a KL term "
+                f"to reset (learner.loss.kl_coef={self.loss.kl_coef}): set learner.loss.kl_coef "
+                "> 0, or learner.reference_reset_every_steps=null"
+            )

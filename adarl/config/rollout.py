@@ -45,11 +45,12 @@
         instead of sampling each ahead whole: step t+1 opens (its first draws go to the engines)
         once step t's first results are back, so t+1 fills the engines t's tail leaves idle, and
         it keeps sampling while t trains and across the weight push, which lands between
-        engine calls; steps up to t+k are open at once (adarl.driver.RolloutStream). A pool may
-        then span weight versions (each sample carries its own). A step reads the per-prompt
-        records of the steps finished before it opened (usually not its predecessor's). Needs a
-        sampler that keeps nothing across steps (seq_balance, seq_pos, or uniform without
-        allocator.rollouts_per_step), no curation skip, hints off and no DRO stage.
+        engine calls; steps up to t+k are open at once (adarl.driver.rollout_phase.RolloutStream). A
+        pool may then span weight versions (each sample carries its own). A step reads the
+        per-prompt records of the steps finished before it opened (usually not its
+        predecessor's). Needs a sampler that keeps nothing across steps (seq_balance, seq_pos,
+        or uniform without allocator.rollouts_per_step), no curation skip, hints off and no DRO
+        stage.
 """
 
 from __future__ import annotations

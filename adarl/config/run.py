@@ -11,6 +11,14 @@
         budget it reaches first: `make run`'s rollout budget on the built-in task, its token
         budget on a task whose prompts are ten times longer (conf/experiment/ada_coverage.yaml).
         Checkpointing and resume are configured under `checkpoint` (adarl/config/checkpoint.py).
+    signal_check_steps, min_mixed_group_fraction: a run that cannot learn stops early. After
+        `signal_check_steps` training steps (5), if fewer than `min_mixed_group_fraction` (2%) of
+        the groups they trained had both a right and a wrong answer, the policy is getting (almost)
+        no gradient: the run stops there (final evaluation, checkpoint and model as at any end),
+        says why with the numbers (the warm start's held-aside accuracy against the best
+        constant answer, the base evaluation, the mixed-group fraction) and what would help,
+        and records `stop_reason: "no_learning_signal"` in summary.json. Checked once, at that
+        step. min_mixed_group_fraction=0 runs anyway.
 
 `EvalConfig` (held-out split, never with a hint)
     every_steps: evaluate every this many steps (and at the start and the end); 0 = only at the
@@ -65,6 +73,8 @@ class TrainerConfig:
     total_steps: int = 200
     max_rollouts: int | None = None
     max_sequence_tokens: int | None = None
+    signal_check_steps: int = 5
+    min_mixed_group_fraction: float = 0.02
 
     def validate(self) -> None:
         if self.total_steps < 1:
@@ -72,6 +82,12 @@ class TrainerConfig:
         if self.max_rollouts is not None and self.max_rollouts < 1:
             raise ValueError(
                 f"trainer.max_rollouts={self.max_rollouts} must be >= 1, or null for no budget"
+            )
+        if self.signal_check_steps < 1 or not 0.0 <= self.min_mixed_group_fraction < 1.0:
+            raise ValueError(
+                f"trainer.signal_check_steps={self.signal_check_steps} must be >= 1 and "
+                f"trainer.min_mixed_group_fraction={self.min_mixed_group_fraction} in [0, 1) "
+                "(0 = run whatever the signal)"
             )
         if self.max_sequence_tokens is not None and self.max_sequence_tokens < 1:
             raise ValueError(

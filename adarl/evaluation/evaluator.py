@@ -15,13 +15,15 @@ every run of a root seed, draws with the same seeds. It reports (adarl/evaluatio
     eval/best_constant_accuracy  the training split's most common answer, always given, scored
                                  by the task's verifier: learning means beating it
 
-The base evaluation (step 0) and the final one draw `eval.final_samples_per_prompt` samples (64 by
-default), with the same seeds, so base → final is paired; the evaluations in between draw
-`eval.samples_per_prompt`.
+Each evaluation says which it is (`EvalKind`): the base evaluation (step 0) and the final one draw
+`eval.final_samples_per_prompt` samples (64 by default), with the same seeds, so base → final is
+paired; the periodic evaluations in between draw `eval.samples_per_prompt`. The one builder of an
+`Evaluator` from a config is adarl/evaluation/build.py.
 """
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +65,14 @@ class ScorerLike(Protocol):
         self, rollouts: Sequence[Rollout], examples: Sequence[TaskExample]
     ) -> list[ScoredRollout]: ...
     def metrics(self) -> dict[str, float]: ...
+
+
+class EvalKind(enum.Enum):
+    """Which of a run's evaluations this is: it decides the samples drawn per prompt."""
+
+    BASE = "base"  # step 0, before any update: `final_samples_per_prompt`, paired with FINAL
+    PERIODIC = "periodic"  # eval.every_steps / eval.every_rollouts: `samples_per_prompt`
+    FINAL = "final"  # the last step, or a model on its own (adarl.evaluate): as BASE
 
 
 def difficulty_label(difficulty: float | None) -> str:
@@ -245,6 +255,8 @@ class Evaluator:
     seed: int
     train_examples: Sequence[TaskExample] = ()
     verifier: Verifier | None = None  # with train_examples: the best constant answer's accuracy
+    # Samples per prompt of the base and final evaluations (None: `samples_per_prompt`).
+    final_samples_per_prompt: int | None = None
     guess_rates: list[float] = field(init=False, default_factory=list)
     best_constant: ConstantAnswer | None = field(init=False, default=None)
 
@@ -270,15 +282,16 @@ class Evaluator:
         rewards: ScorerLike,
         *,
         step: int,
-        samples_per_prompt: int | None = None,
+        kind: EvalKind = EvalKind.PERIODIC,
     ) -> EvalResult:
-        """Evaluate now; `samples_per_prompt` overrides the configured n (the base and final
-        evaluations draw more)."""
+        """Evaluate now, as the `kind` of evaluation (the base and final ones draw more)."""
         if not self.examples:
             raise ValueError(
                 "Evaluator has no held-out examples; set task.test_path or task.test_fraction"
             )
-        n = self.samples_per_prompt if samples_per_prompt is None else samples_per_prompt
+        n = self.samples_per_prompt
+        if kind is not EvalKind.PERIODIC and self.final_samples_per_prompt is not None:
+            n = self.final_samples_per_prompt
         if n < 1:
             raise ValueError(f"an evaluation draws at least one sample per prompt (got {n})")
         rewards.metrics()  # opens the reward pool's window: the counters below are eval only

@@ -1,13 +1,16 @@
-"""How a TrainBatch is cut: across data-parallel ranks, then into micro-batches by a token budget.
+"""How a TrainBatch is cut: into mini-batches of whole groups (one optimizer step each), each of
+those across data-parallel ranks, then into micro-batches by a token budget.
 
-Both cuts are deterministic functions of the sequence lengths, so the group can compute every
-rank's number of micro-batches without asking the ranks (all ranks must run the same number of
+Every cut is a deterministic function of the batch (its groups and sequence lengths), so a
+resumed run cuts a step's batch as the first run did, and the group can compute every rank's
+number of micro-batches without asking the ranks (all ranks must run the same number of
 forward/backward passes: ZeRO-2/3 reduce gradients and ZeRO-3 gathers parameters collectively in
 every one of them).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,6 +47,81 @@ class BatchCounts:
             loss_tokens=float((weights * response_lengths).sum()),
             loss_sequences=float(weights.sum()),
         )
+
+
+@dataclass(frozen=True)
+class MiniBatchShard:
+    """One rank's part of one mini-batch, with what every rank must agree on for its step."""
+
+    shard: TrainBatch  # this rank's rows of the mini-batch
+    num_micro_batches: int  # the same on every rank (the most any rank needs)
+    global_num_tokens: float  # the mini-batch's loss normalisers (`BatchCounts`), all ranks
+    global_num_sequences: float
+
+
+def group_runs(batch: TrainBatch) -> list[range]:
+    """The rows of each group (`prompt_index`), in batch order; a group's rows must be
+    contiguous, as `TrainBatch.from_groups` lays them out."""
+    index = batch.prompt_index.tolist()
+    runs: list[range] = []
+    start = 0
+    for row in range(1, len(index) + 1):
+        if row == len(index) or index[row] != index[start]:
+            runs.append(range(start, row))
+            start = row
+    seen = [index[run.start] for run in runs]
+    if len(set(seen)) != len(seen):
+        raise ValueError(
+            "TrainBatch.prompt_index is not contiguous: a group's rows must be adjacent (as "
+            "TrainBatch.from_groups lays them out) for mini-batches to keep groups whole"
+        )
+    return runs
+
+
+def split_mini_batches(batch: TrainBatch, num_mini_batches: int) -> list[TrainBatch]:
+    """The batch cut into `num_mini_batches` mini-batches of whole groups, in batch order, of
+    equal numbers of groups: with G groups, mini-batch k holds groups ⌊kG/M⌋ .. ⌊(k+1)G/M⌋ - 1
+    (verl's mini-batches are likewise counted in prompts). A group is never split: its
+    advantages are relative to each other and its correction assumes the whole kept group is
+    trained. The cut depends only on a group's position, never on its outcomes or pool size
+    (the allocator lays groups out in prompt order), so the first mini-batch is an unbiased
+    sample of the step's prompts and its gradient estimates the declared objective's. With
+    fewer groups than M, each group is a mini-batch. M = 1 is the batch itself."""
+    if num_mini_batches < 1:
+        raise ValueError(f"num_mini_batches must be >= 1, got {num_mini_batches}")
+    if num_mini_batches == 1:
+        return [batch]
+    runs = group_runs(batch)
+    parts = min(num_mini_batches, len(runs))
+    bounds = [len(runs) * k // parts for k in range(parts + 1)]
+    return [
+        batch.select(torch.tensor([row for run in runs[lo:hi] for row in run], dtype=torch.long))
+        for lo, hi in itertools.pairwise(bounds)
+    ]
+
+
+def plan_mini_batch_shards(
+    batch: TrainBatch, *, num_mini_batches: int, world_size: int, max_tokens: int
+) -> list[list[MiniBatchShard]]:
+    """Per rank, its shard of every mini-batch of `batch` (`split_mini_batches`), each balanced
+    across ranks by tokens (`shard_batch`) with its own normalisers and micro-batch count."""
+    plans: list[list[MiniBatchShard]] = [[] for _ in range(world_size)]
+    for mini in split_mini_batches(batch, num_mini_batches):
+        counts = BatchCounts.of(mini)
+        if counts.num_tokens == 0:
+            continue  # groups without a response token: nothing to train, no step to take
+        shards = shard_batch(mini, world_size)
+        num_micro = max_micro_batches(shards, max_tokens)
+        for rank, shard in enumerate(shards):
+            plans[rank].append(
+                MiniBatchShard(
+                    shard=shard,
+                    num_micro_batches=num_micro,
+                    global_num_tokens=counts.loss_tokens,
+                    global_num_sequences=counts.loss_sequences,
+                )
+            )
+    return plans
 
 
 def sequence_lengths(batch: TrainBatch) -> list[int]:

@@ -51,6 +51,54 @@ def load_engine_weights(engine: Any, directory: str, *, tag: str) -> None:
         raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
 
 
+# The KL reference's weights once it has been reset to the policy (ProRL's reset): its
+# parameters' full tensors, written by rank 0 beside the engine's state of the same tag.
+REFERENCE_STATE_FILE = "reference.pt"
+
+
+def _gathered(params: list[Any], *, partitioned: bool, modifier_rank: int | None) -> Any:
+    import contextlib
+
+    if not partitioned:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank)
+
+
+def save_reference_state(
+    reference: Any, directory: str, *, tag: str, rank: int, partitioned: bool
+) -> None:
+    """The reference module's parameters (gathered when ZeRO-3 `partitioned` them; every rank
+    takes part) into directory/tag/`REFERENCE_STATE_FILE`, written by rank 0."""
+    import torch
+
+    named = dict(reference.named_parameters())
+    with _gathered(list(named.values()), partitioned=partitioned, modifier_rank=None):
+        if rank == 0:
+            state = {name: p.detach().to("cpu", copy=True) for name, p in named.items()}
+            torch.save(state, Path(directory) / tag / REFERENCE_STATE_FILE)
+
+
+def load_reference_state(reference: Any, directory: str, *, tag: str, partitioned: bool) -> bool:
+    """Load what `save_reference_state` wrote for `tag` into the reference module, if anything:
+    whether it did (a run whose reference was never reset saved none and keeps the reference
+    it started with). Every rank reads the file (ZeRO 0-2: each holds a full copy)."""
+    import torch
+
+    path = Path(directory) / tag / REFERENCE_STATE_FILE
+    if not path.is_file():
+        return False
+    state = torch.load(path, map_location="cpu")
+    named = dict(reference.named_parameters())
+    if state.keys() != named.keys():
+        raise RuntimeError(f"{path} holds other parameters than the KL reference model")
+    with torch.no_grad(), _gathered(list(named.values()), partitioned=partitioned, modifier_rank=0):
+        for name, param in named.items():
+            param.copy_(state[name])
+    return True
+
+
 # Written by DeepSpeed next to the tagged directories: the tag of the newest save.
 CHECKPOINT_LATEST_FILE = "latest"
 

@@ -1,12 +1,16 @@
 """`LearnerGroup`: N data-parallel learners (Ray actors, or one in this process), one code path.
 
-The group is the only caller of `Learner`. Per step it cuts the TrainBatch across ranks
-(balanced by tokens), tells every rank how many micro-batches to run (the most any rank needs,
-so ZeRO's per-pass collectives line up) and the whole-batch loss normalisers, and sums what the
-ranks report. Calls go through `concurrent.futures.Future`s: an in-process learner runs on its own
-thread (`adarl.cluster.InProcessWorker`), an actor's `ObjectRef.future()` is the same type.
+The group is the only caller of `Learner`. Per step it cuts the TrainBatch into mini-batches of
+whole groups (`learner.mini_batches_per_step`, one by default), each across ranks (balanced by
+tokens), tells every rank how many micro-batches to run for each (the most any rank needs, so
+ZeRO's per-pass collectives line up) and each mini-batch's loss normalisers, and sums what the
+ranks report. A rank takes one optimizer step per mini-batch, `learner.epochs_per_step` times
+over them, all in one call. Calls go through `concurrent.futures.Future`s: an in-process
+learner runs on its own thread (`adarl.cluster.InProcessWorker`), an actor's
+`ObjectRef.future()` is the same type.
 
-Weight versions: version v means "the weights after v optimizer steps" (0 = the initial policy).
+Weight versions: version v means "the weights after v training steps" (0 = the initial policy;
+a training step is one optimizer step per mini-batch per epoch).
 Weight sync pushes `weight_version()` together with the weights, engines tag every rollout with
 it, and the step reports how stale its batch was (`train/staleness_*`).
 
@@ -37,8 +41,8 @@ from adarl.cluster import InProcessWorker, is_actor_death, results_within, spawn
 from adarl.learner.batching import (
     BatchCounts,
     max_micro_batches,
+    plan_mini_batch_shards,
     sequence_lengths,
-    shard_batch,
     split_across_ranks,
     validate_train_batch,
 )
@@ -73,14 +77,14 @@ class PendingTrainStep:
 
     batch: TrainBatch
     counts: BatchCounts
-    futures: list[Future[RankStepResult]]
+    futures: list[Future[list[RankStepResult]]]  # per rank: one result per optimizer step
     start: float  # perf_counter when it was sent
 
 
 @dataclass(frozen=True)
 class TrainStepResult:
     metrics: dict[str, float]  # train/*, perf/*, timing/*
-    grad_norm: float  # global gradient norm before clipping
+    grad_norm: float  # global gradient norm before clipping (the mean over optimizer steps)
     weight_version: WeightVersion  # the weights after this step
 
 
@@ -206,14 +210,26 @@ class LearnerGroup:
         scheduling: Sequence[Any] | None = None,
         call_timeout_s: float | None = None,
         max_nonfinite_streak: int | None = None,
+        mini_batches_per_step: int = 1,
+        epochs_per_step: int = 1,
+        reference_reset_every_steps: int | None = None,
         **learner_kwargs: Any,
     ) -> None:
         """`scheduling`: per rank, the Ray scheduling strategy that places it (the resource
         plan's). `call_timeout_s`: the longest any call may take on all ranks (None = no
         limit). `max_nonfinite_streak`: consecutive skipped non-finite steps that stop the run
-        (None = never)."""
+        (None = never). `mini_batches_per_step`, `epochs_per_step`: a training step is
+        `epochs_per_step` passes over its batch cut into that many mini-batches of whole groups,
+        one optimizer step each (`adarl.learner.batching.split_mini_batches`).
+        `reference_reset_every_steps`: every this many training steps the KL reference becomes
+        the current policy (`Learner.reset_reference`); None = never."""
         if num_learners < 1:
             raise ValueError(f"num_learners must be >= 1, got {num_learners}")
+        if mini_batches_per_step < 1 or epochs_per_step < 1:
+            raise ValueError(
+                f"mini_batches_per_step ({mini_batches_per_step}) and epochs_per_step "
+                f"({epochs_per_step}) must be >= 1"
+            )
         if in_process and num_learners != 1:
             raise ValueError(
                 f"in_process runs one learner (one process group per process); got "
@@ -230,6 +246,14 @@ class LearnerGroup:
         if max_nonfinite_streak is not None and max_nonfinite_streak < 1:
             raise ValueError(f"max_nonfinite_streak must be >= 1, got {max_nonfinite_streak}")
         self.num_learners = num_learners
+        self.mini_batches_per_step = mini_batches_per_step
+        self.epochs_per_step = epochs_per_step
+        if reference_reset_every_steps is not None and reference_reset_every_steps < 1:
+            raise ValueError(
+                f"reference_reset_every_steps must be >= 1 or None, got "
+                f"{reference_reset_every_steps}"
+            )
+        self.reference_reset_every_steps = reference_reset_every_steps
         self.call_timeout_s = call_timeout_s
         self.max_nonfinite_streak = max_nonfinite_streak
         self._skipped_nonfinite = 0  # steps skipped over the run (restored on resume)
@@ -277,7 +301,8 @@ class LearnerGroup:
     # --------------------------------------------------------------------------- training
 
     def train_step(self, batch: TrainBatch) -> TrainStepResult:
-        """One optimizer step on `batch` across all ranks."""
+        """One training step on `batch` across all ranks: one optimizer step per mini-batch per
+        epoch (one in all by default)."""
         return self.finish_train_step(self.start_train_step(batch))
 
     def start_train_step(self, batch: TrainBatch) -> PendingTrainStep:
@@ -289,17 +314,15 @@ class LearnerGroup:
         validate_train_batch(batch)
         start = time.perf_counter()
         counts = BatchCounts.of(batch)
-        shards = shard_batch(batch, self.num_learners)
-        num_micro = max_micro_batches(shards, self.max_tokens_per_micro_batch)
+        plans = plan_mini_batch_shards(
+            batch,
+            num_mini_batches=self.mini_batches_per_step,
+            world_size=self.num_learners,
+            max_tokens=self.max_tokens_per_micro_batch,
+        )
         futures = [
-            h.submit(
-                Learner.train_step,
-                shard,
-                num_micro_batches=num_micro,
-                global_num_tokens=counts.loss_tokens,
-                global_num_sequences=counts.loss_sequences,
-            )
-            for h, shard in zip(self._handles, shards, strict=True)
+            h.submit(Learner.train_step, plan, epochs=self.epochs_per_step)
+            for h, plan in zip(self._handles, plans, strict=True)
         ]
         self._pending = PendingTrainStep(batch=batch, counts=counts, futures=futures, start=start)
         return self._pending
@@ -314,9 +337,21 @@ class LearnerGroup:
             raise RuntimeError("this training step is not the one in flight")
         self._pending = None
         batch, counts, start = pending.batch, pending.counts, pending.start
-        ranks = self._wait(pending.futures, "a learner training step")
+        per_rank = self._wait(pending.futures, "a learner training step")
+        steps = [list(ranks) for ranks in zip(*per_rank, strict=True)]  # [optimizer step][rank]
         version_trained_on = self._version
-        skipped = any(rank.skipped_nonfinite for rank in ranks)
+        # Every rank skips a non-finite update together; the weights are unchanged only when
+        # every optimizer step of the training step was skipped.
+        skipped_steps = sum(any(rank.skipped_nonfinite for rank in ranks) for ranks in steps)
+        skipped = skipped_steps == len(steps)
+        if 0 < skipped_steps < len(steps):
+            log.warning(
+                "learner step %d: %d of its %d optimizer steps had a non-finite loss or gradient "
+                "norm and were skipped; the others were applied",
+                self._step + 1,
+                skipped_steps,
+                len(steps),
+            )
         self._step += 1
         if skipped:  # no weight changed: the version stays
             self._skipped_nonfinite += 1
@@ -324,7 +359,7 @@ class LearnerGroup:
         else:
             self._version += 1
             self._nonfinite_streak = 0
-        metrics = self._step_metrics(batch, counts, ranks, version_trained_on)
+        metrics = self._step_metrics(batch, counts, steps, version_trained_on)
         metrics["train/skipped_nonfinite_updates"] = float(self._skipped_nonfinite)
         if skipped:
             log.warning(
@@ -332,7 +367,7 @@ class LearnerGroup:
                 "weights unchanged (%d such step(s) in a row, %d in the run)",
                 self._step,
                 metrics.get("train/loss"),
-                ranks[0].grad_norm,
+                metrics["train/grad_norm"],
                 self._nonfinite_streak,
                 self._skipped_nonfinite,
             )
@@ -344,11 +379,20 @@ class LearnerGroup:
                     "its last checkpoint intact. Look for NaN/inf in the rewards, advantages or "
                     "behaviour log-probs, or lower learner.learning_rate"
                 )
+        every = self.reference_reset_every_steps
+        if every is not None:
+            reset = self._step % every == 0
+            if reset:
+                self._wait(
+                    [h.submit(Learner.reset_reference) for h in self._handles],
+                    "resetting the KL reference to the policy",
+                )
+            metrics["train/reference_reset"] = float(reset)
         metrics["timing/learner_step_s"] = time.perf_counter() - start
         self._last_metrics = metrics
         return TrainStepResult(
             metrics=metrics,
-            grad_norm=ranks[0].grad_norm,
+            grad_norm=metrics["train/grad_norm"],
             weight_version=self.weight_version(),
         )
 
@@ -356,26 +400,44 @@ class LearnerGroup:
         self,
         batch: TrainBatch,
         counts: BatchCounts,
-        ranks: Sequence[RankStepResult],
+        steps: Sequence[Sequence[RankStepResult]],
         version_trained_on: int,
     ) -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        for rank in ranks:
-            for key, value in rank.loss_metrics.items():
-                metrics[key] = metrics.get(key, 0.0) + value
-        padded = sum(r.padded_tokens for r in ranks)
-        real = int(batch.attention_mask.sum())
+        """A training step's metrics from its optimizer steps' results (`steps[k][rank]`). Loss
+        terms, gradient norm and learning rate are means over the optimizer steps (each a whole
+        mini-batch's value: the ranks' shares summed), except train/mismatch_kl, read at the
+        first, where the learners still hold the weights the engines sampled with (later ones
+        add the step's own drift). One optimizer step: exactly its values."""
+        per_step: list[dict[str, float]] = []
+        for ranks in steps:
+            shares: dict[str, float] = {}
+            for rank in ranks:
+                for key, value in rank.loss_metrics.items():
+                    shares[key] = shares.get(key, 0.0) + value
+            per_step.append(shares)
+        metrics = {key: _mean([s[key] for s in per_step if key in s]) for key in per_step[0]}
+        if "train/mismatch_kl" in per_step[0]:
+            metrics["train/mismatch_kl"] = per_step[0]["train/mismatch_kl"]
+        padded = sum(r.padded_tokens for ranks in steps for r in ranks)
+        real = int(batch.attention_mask.sum()) * self.epochs_per_step  # each pass reads all
         metrics.update(
             {
-                "train/grad_norm": ranks[0].grad_norm,
-                "train/learning_rate": ranks[0].learning_rate,
+                "train/grad_norm": _mean([ranks[0].grad_norm for ranks in steps]),
+                "train/learning_rate": _mean([ranks[0].learning_rate for ranks in steps]),
+                "train/optimizer_steps": float(len(steps)),
                 "train/sequences": float(batch.num_sequences),
                 "train/response_tokens": float(counts.num_tokens),
                 "train/weight_version": float(self._version),
-                "perf/micro_batches_per_rank": float(ranks[0].num_micro_batches),
+                "perf/micro_batches_per_rank": float(
+                    sum(ranks[0].num_micro_batches for ranks in steps)
+                ),
                 "perf/padding_fraction": 1.0 - real / padded if padded else 0.0,
-                "timing/learner_forward_backward_s": max(r.forward_backward_s for r in ranks),
-                "timing/learner_optimizer_s": max(r.optimizer_step_s for r in ranks),
+                "timing/learner_forward_backward_s": sum(
+                    max(r.forward_backward_s for r in ranks) for ranks in steps
+                ),
+                "timing/learner_optimizer_s": sum(
+                    max(r.optimizer_step_s for r in ranks) for ranks in steps
+                ),
             }
         )
         if batch.weight_versions is not None and len(batch.weight_versions):
@@ -637,6 +699,11 @@ class LearnerGroup:
                 "optimizer shard and process group are gone): the run stops; the last checkpoint "
                 "is intact and checkpoint.resume=auto continues from it"
             ) from error
+
+
+def _mean(values: Sequence[float]) -> float:
+    """The mean; one value is returned as it is (a single optimizer step's metrics unchanged)."""
+    return values[0] if len(values) == 1 else sum(values) / len(values)
 
 
 def _learner_default(name: str) -> Any:

@@ -45,14 +45,20 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from adarl.algo.loss import policy_loss
 from adarl.config.learner import PolicyLossConfig
-from adarl.learner.batching import plan_micro_batches, sequence_lengths
-from adarl.learner.checkpoint import load_engine_state, load_engine_weights, save_engine_state
+from adarl.learner.batching import MiniBatchShard, plan_micro_batches, sequence_lengths
+from adarl.learner.checkpoint import (
+    load_engine_state,
+    load_engine_weights,
+    load_reference_state,
+    save_engine_state,
+    save_reference_state,
+)
 from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
 from adarl.learner.loading import checkpoint_files, load_partitioned
 from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
@@ -85,6 +91,17 @@ class RankStepResult:
     forward_backward_s: float
     optimizer_step_s: float
     skipped_nonfinite: bool = False  # the update was discarded: non-finite loss or gradients
+
+
+class _Forward(NamedTuple):
+    """What `Learner._forward` returns (on the rank's device)."""
+
+    logprobs: torch.Tensor  # [B, T] log π_T at the scored positions, 0 elsewhere
+    entropy: torch.Tensor  # [B, T] H(π_T) there
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T] long
+    top_logprobs: torch.Tensor | None = None  # [B, T, K] with top_k > 0
+    is_top1: torch.Tensor | None = None  # [B, T] bool with top_k > 0
 
 
 @dataclass
@@ -168,6 +185,7 @@ class Learner:
         self._owns_process_group = False
         self._stage0_grad_norm: float | None = None
         self._weights: PolicyWeights | None = None
+        self._reference_was_reset = False  # the reference holds other weights than it loaded
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -371,8 +389,10 @@ class Learner:
         *,
         score: str = "response",
         entropy_grad: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log π_T [B, T], entropy [B, T], input_ids, attention_mask) on this rank's device.
+        top_k: int = 0,
+    ) -> _Forward:
+        """log π_T [B, T], entropy [B, T], input_ids and attention_mask on this rank's device,
+        and with `top_k` > 0 the K largest log-probs [B, T, K] and top-1 flags [B, T].
 
         `model` is a `TokenScorer` or a DeepSpeed engine around one. `score` picks the positions:
         "response" (the response tokens: what the loss needs) or "all" (every real token after
@@ -392,35 +412,67 @@ class Learner:
             else:
                 scored = attention_mask.bool()
                 scored[:, 0] = False
-        logprobs, entropy = model(input_ids, attention_mask, scored, entropy_grad=entropy_grad)
-        return logprobs, entropy, input_ids, attention_mask
+        scores = model(input_ids, attention_mask, scored, entropy_grad=entropy_grad, top_k=top_k)
+        return _Forward(*scores[:2], input_ids, attention_mask, *scores[2:])
 
     def train_step(
-        self,
-        batch: TrainBatch,
-        *,
-        num_micro_batches: int,
-        global_num_tokens: float,
-        global_num_sequences: float,
-    ) -> RankStepResult:
-        """One optimizer step on this rank's shard: its micro-batches each add their share of
-        the whole-batch gradient (`_accumulate_gradients`), then the optimizer steps once;
-        gradients are summed over all ranks.
+        self, mini_batches: Sequence[MiniBatchShard], *, epochs: int = 1
+    ) -> list[RankStepResult]:
+        """One training step on this rank: `epochs` passes over the step's mini-batches (this
+        rank's shard of each, `adarl.learner.batching.plan_mini_batch_shards`), one optimizer
+        step per mini-batch per pass (`optimizer_step`); one result per optimizer step.
 
-        `global_num_*` are the whole batch's counts (`BatchCounts`); `num_micro_batches` is the
-        same on all ranks (the most any rank needs for its shard).
-        """
+        One mini-batch and one pass is one optimizer step on the whole batch. With more,
+        ratio_reference "learner" takes π_old of every mini-batch from the weights the step
+        starts from, scored before the first update (verl's old log-probs); "behaviour" keeps
+        the engines' log-probs, so later steps' ratios also carry the drift of earlier ones."""
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        proximal: list[torch.Tensor | None] = [None] * len(mini_batches)
+        if self.loss.ratio_reference == "learner" and len(mini_batches) * epochs > 1:
+            proximal = [self._response_logprobs(mini) for mini in mini_batches]
+        return [
+            self.optimizer_step(mini, proximal_logprobs=old)
+            for _ in range(epochs)
+            for mini, old in zip(mini_batches, proximal, strict=True)
+        ]
+
+    @torch.no_grad()
+    def _response_logprobs(self, mini: MiniBatchShard) -> torch.Tensor:  # [B, T] of the shard
+        """log π_T of the shard's tokens under the current weights, micro-batch by micro-batch
+        (the same number on every rank, for ZeRO-3's collective gathers)."""
+        shard = mini.shard
+        out = torch.zeros(shard.input_ids.shape, device=self._device)
+        for part in self._micro_batches(shard, mini.num_micro_batches):
+            logprobs = self._forward(self.engine, None if part is None else part[1]).logprobs
+            if part is not None:
+                rows, micro = part
+                out[torch.tensor(rows), : micro.input_ids.shape[1]] = logprobs.float()
+        return out
+
+    def optimizer_step(
+        self, mini: MiniBatchShard, *, proximal_logprobs: torch.Tensor | None = None
+    ) -> RankStepResult:
+        """One optimizer step on this rank's shard of one mini-batch: its micro-batches each add
+        their share of the mini-batch's gradient (`_accumulate_gradients`), then the optimizer
+        steps once; gradients are summed over all ranks. `proximal_logprobs` ([B, T] of the
+        shard): π_old for ratio_reference "learner" when it is not the current weights."""
         engine = self.engine
         sums: dict[str, float] = {}
         padded_tokens = 0
         forward_backward = _Timer()
         with forward_backward.measure():
-            for part in self._micro_batches(batch, num_micro_batches):
+            for part in self._micro_batches(mini.shard, mini.num_micro_batches):
                 micro = None if part is None else part[1]
+                old = None
+                if part is not None and proximal_logprobs is not None:
+                    rows, micro = part
+                    old = proximal_logprobs[torch.tensor(rows), : micro.input_ids.shape[1]]
                 shares = self._accumulate_gradients(
                     micro,
-                    global_num_tokens=global_num_tokens,
-                    global_num_sequences=global_num_sequences,
+                    global_num_tokens=mini.global_num_tokens,
+                    global_num_sequences=mini.global_num_sequences,
+                    proximal_logprobs=old,
                 )
                 if micro is not None:
                     padded_tokens += int(micro.input_ids.numel())
@@ -434,7 +486,7 @@ class Learner:
             loss_metrics=sums,
             grad_norm=self._last_grad_norm(),
             learning_rate=learning_rate,
-            num_micro_batches=num_micro_batches,
+            num_micro_batches=mini.num_micro_batches,
             padded_tokens=padded_tokens,
             forward_backward_s=forward_backward.seconds,
             optimizer_step_s=optimizer_step.seconds,
@@ -447,22 +499,29 @@ class Learner:
         *,
         global_num_tokens: float,
         global_num_sequences: float,
+        proximal_logprobs: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Forward and backward of one micro-batch: its share of the whole-batch loss gradient
+        """Forward and backward of one micro-batch: its share of the mini-batch's loss gradient
         is added to the engine's gradients; returns its additive metric shares. `None` is an
-        empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step."""
+        empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step.
+        `proximal_logprobs`: π_old scored earlier; None with ratio_reference "learner" means
+        the current weights (the first and only optimizer step of a training step)."""
         engine = self.engine
         settings = self.loss
-        logprobs, entropy, _, _ = self._forward(
-            engine, micro, entropy_grad=settings.entropy_coef != 0.0
+        forward = self._forward(
+            engine,
+            micro,
+            entropy_grad=settings.entropy_coef != 0.0,
+            top_k=settings.simko_top_k if settings.simko_alpha > 0 else 0,
         )
+        logprobs, entropy = forward.logprobs, forward.entropy
         if micro is None:
             engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
             return {}
         ref_logprobs = None
         if self._reference is not None:
             with torch.no_grad():
-                ref_logprobs = self._forward(self._reference, micro)[0]
+                ref_logprobs = self._forward(self._reference, micro).logprobs
         out = policy_loss(
             logprobs=logprobs,
             behaviour_logprobs=micro.behaviour_logprobs.to(self._device),
@@ -475,7 +534,11 @@ class Learner:
             clip_high=settings.clip_high,
             dual_clip=settings.dual_clip,
             proximal_logprobs=(
-                logprobs.detach() if settings.ratio_reference == "learner" else None
+                None
+                if settings.ratio_reference != "learner"
+                else logprobs.detach()
+                if proximal_logprobs is None
+                else proximal_logprobs
             ),
             tis_cap=settings.tis_cap,
             ref_logprobs=ref_logprobs,
@@ -483,6 +546,11 @@ class Learner:
             kl_estimator=settings.kl_estimator,  # type: ignore[arg-type]
             entropy=entropy,
             entropy_coef=settings.entropy_coef,
+            top_logprobs=forward.top_logprobs,
+            is_top1=forward.is_top1,
+            simko_alpha=settings.simko_alpha,
+            simko_entropy_quantile=settings.simko_entropy_quantile,
+            simko_negative_scale=settings.simko_negative_scale,
         )
         # DeepSpeed averages gradients over ranks; the shares must be summed instead.
         loss = out.loss * self.world_size
@@ -522,9 +590,9 @@ class Learner:
                 # The bare module, not the engine: DeepSpeed's engine forward hooks its outputs so
                 # that only `engine.backward` may differentiate them. ZeRO-3's parameter gathering
                 # lives on the submodules and still runs.
-                logprobs, _, input_ids, attention_mask = self._forward(
-                    self.scorer, None if part is None else part[1]
-                )
+                forward = self._forward(self.scorer, None if part is None else part[1])
+                logprobs, input_ids = forward.logprobs, forward.input_ids
+                attention_mask = forward.attention_mask
                 (embedded,) = captured
                 if part is None:
                     torch.autograd.grad(logprobs.sum() * 0.0, embedded)
@@ -550,7 +618,8 @@ class Learner:
         plan = plan_micro_batches(sequence_lengths(batch), self.max_tokens_per_micro_batch)
         for rows in plan:
             micro = batch.select(rows)
-            logprobs, _, input_ids, _ = self._forward(self.scorer, micro, score="all")
+            forward = self._forward(self.scorer, micro, score="all")
+            logprobs, input_ids = forward.logprobs, forward.input_ids
             out[torch.tensor(rows), : input_ids.shape[1]] = logprobs.cpu()
         return out
 
@@ -601,12 +670,61 @@ class Learner:
 
     def save_checkpoint(self, directory: str, *, tag: str, client_state: dict[str, Any]) -> None:
         """DeepSpeed state (model, optimizer, LR scheduler) of every rank under directory/tag,
-        with the group's `client_state` (adarl/learner/checkpoint.py)."""
+        with the group's `client_state` (adarl/learner/checkpoint.py); and the KL reference's
+        weights once `reset_reference` has moved it off its initial ones."""
         save_engine_state(self.engine, directory, tag=tag, client_state=client_state)
+        if self._reference_was_reset:
+            save_reference_state(
+                self._reference_module,
+                directory,
+                tag=tag,
+                rank=self.rank,
+                partitioned=self.zero_stage == 3,
+            )
 
     def load_checkpoint(self, directory: str, *, tag: str) -> dict[str, Any]:
         """Restore what `save_checkpoint` wrote; returns its `client_state`."""
-        return load_engine_state(self.engine, directory, tag=tag)
+        state = load_engine_state(self.engine, directory, tag=tag)
+        if self._reference is not None:
+            self._reference_was_reset = load_reference_state(
+                self._reference_module, directory, tag=tag, partitioned=self.zero_stage == 3
+            )
+        return state
+
+    @property
+    def _reference_module(self) -> torch.nn.Module:
+        """The reference's `TokenScorer` (inside its frozen engine under ZeRO-3)."""
+        return getattr(self._reference, "module", self._reference)
+
+    @torch.no_grad()
+    def reset_reference(self) -> None:
+        """ProRL's reference reset (Liu et al. 2025, arXiv 2505.24864): the KL anchor moves to the
+        current policy, so the KL term stops pulling the policy back towards where training
+        started and pulls it towards where it is now. (ProRL also resets the optimizer's
+        moments; adarl keeps them.) Collective under ZeRO-3."""
+        if self._reference is None:
+            raise RuntimeError(
+                "reset_reference needs a KL reference model: set learner.loss.kl_coef > 0"
+            )
+        policy = dict(self.module.named_parameters())
+        targets = dict(self._reference_module.named_parameters())
+        if targets.keys() != policy.keys():
+            raise RuntimeError("the KL reference and the policy have different parameters")
+        if self.zero_stage == 3:
+            import deepspeed
+
+            # Every rank gathers both; rank 0's copy is partitioned back into the reference.
+            with (
+                deepspeed.zero.GatheredParameters(list(policy.values()), modifier_rank=None),
+                deepspeed.zero.GatheredParameters(list(targets.values()), modifier_rank=0),
+            ):
+                if self.rank == 0:
+                    for name, target in targets.items():
+                        target.copy_(policy[name])
+        else:
+            for name, target in targets.items():
+                target.copy_(policy[name])
+        self._reference_was_reset = True
 
     def load_weights(self, directory: str, *, tag: str) -> None:
         """Only the policy's weights from what `save_checkpoint` wrote, by any number of ranks;

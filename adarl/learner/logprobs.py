@@ -40,8 +40,12 @@ def chunked_logprobs_and_entropy(
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
     entropy_grad: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:  # [N] float32 log π_T(target), [N] float32 H(π_T)
-    """log softmax(head(h) / T)[target] and the entropy of softmax(head(h) / T), per row.
+    top_k: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    """log softmax(head(h) / T)[target] and the entropy of softmax(head(h) / T), per row: [N]
+    float32 each. With `top_k` > 0 also the K largest log-probs of each row ([N, K] float32,
+    with gradient: SimKO's top-K candidates) and whether the target is the most likely token
+    ([N] bool).
 
     Rows are processed `chunk_tokens` at a time, each under non-reentrant activation
     checkpointing when gradients are being recorded. The entropy carries a gradient only with
@@ -54,7 +58,10 @@ def chunked_logprobs_and_entropy(
     if hidden.shape[0] != targets.shape[0]:
         raise ValueError(f"hidden has {hidden.shape[0]} rows but targets {targets.shape[0]}")
 
-    def score_chunk(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+
+    def score_chunk(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         logits = head(h).float()
         if temperature != 1.0:
             logits = logits / temperature
@@ -62,31 +69,36 @@ def chunked_logprobs_and_entropy(
         chosen = logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp.exp() * logp).sum(dim=-1)
-        return chosen, entropy
+        if not top_k:
+            return chosen, entropy
+        top = logp.topk(min(top_k, logp.shape[-1]), dim=-1).values
+        return chosen, entropy, top, logp.argmax(dim=-1) == y
 
     recording = torch.is_grad_enabled() and hidden.requires_grad
-    logprobs: list[torch.Tensor] = []
-    entropies: list[torch.Tensor] = []
+    parts: list[tuple[torch.Tensor, ...]] = []
     for start in range(0, hidden.shape[0], chunk_tokens):
         h = hidden[start : start + chunk_tokens]
         y = targets[start : start + chunk_tokens]
         if recording:
-            chosen, entropy = checkpoint(score_chunk, h, y, use_reentrant=False)
+            parts.append(checkpoint(score_chunk, h, y, use_reentrant=False))
         else:
-            chosen, entropy = score_chunk(h, y)
-        logprobs.append(chosen)
-        entropies.append(entropy)
-    if not logprobs:
+            parts.append(score_chunk(h, y))
+    if not parts:
         empty = hidden.new_zeros(0, dtype=torch.float32)
-        return empty, empty
-    return torch.cat(logprobs), torch.cat(entropies)
+        if not top_k:
+            return empty, empty
+        return empty, empty, hidden.new_zeros(0, top_k), torch.zeros(0, dtype=torch.bool)
+    return tuple(torch.cat(columns) for columns in zip(*parts, strict=True))
 
 
 def _scatter_to_positions(values: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
-    """[N] values of the True entries of `scored` [B, T-1] -> [B, T], 0 elsewhere (shifted by
-    one: the value predicted from position t-1 belongs to the token at t, as in adarl.types)."""
-    out = values.new_zeros(scored.shape).masked_scatter(scored, values)
-    return torch.nn.functional.pad(out, (1, 0))
+    """[N, ...] values of the True entries of `scored` [B, T-1] -> [B, T, ...], 0 elsewhere
+    (shifted by one: the value predicted from position t-1 belongs to the token at t, as in
+    adarl.types)."""
+    out = values.new_zeros((*scored.shape, *values.shape[1:]))
+    out[scored] = values
+    pad = [0, 0] * (values.dim() - 1) + [1, 0]
+    return torch.nn.functional.pad(out, pad)
 
 
 class TokenScorer(torch.nn.Module):
@@ -156,9 +168,12 @@ class TokenScorer(torch.nn.Module):
         score_mask: torch.Tensor,  # [B, T] bool: positions whose token is scored
         *,
         entropy_grad: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # [B, T] float32 log π_T, [B, T] float32 H(π_T)
+        top_k: int = 0,
+    ) -> tuple[torch.Tensor, ...]:
         """log π_T(x_t | x_<t) and H(π_T(· | x_<t)) at position t where `score_mask` is True, 0
-        elsewhere. Position 0 has no prefix and is never scored."""
+        elsewhere ([B, T] float32 each). Position 0 has no prefix and is never scored. With
+        `top_k` > 0 also the K largest log-probs at each scored position ([B, T, K], 0
+        elsewhere) and whether x_t is the most likely token there ([B, T] bool)."""
         if score_mask.shape != input_ids.shape:
             raise ValueError(
                 f"score_mask has shape {tuple(score_mask.shape)}, input_ids "
@@ -169,15 +184,16 @@ class TokenScorer(torch.nn.Module):
         )
         hidden = outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs[0]
         scored = score_mask[:, 1:].bool()
-        logprobs, entropy = chunked_logprobs_and_entropy(
+        scores = chunked_logprobs_and_entropy(
             hidden[:, :-1][scored],
             input_ids[:, 1:][scored],
             self.head,
             temperature=self.temperature,
             chunk_tokens=self.chunk_tokens,
             entropy_grad=entropy_grad,
+            top_k=top_k,
         )
-        return _scatter_to_positions(logprobs, scored), _scatter_to_positions(entropy, scored)
+        return tuple(_scatter_to_positions(values, scored) for values in scores)
 
 
 def enable_activation_checkpointing(model: torch.nn.Module) -> int:

@@ -1,25 +1,5 @@
 """Policies: the built-in tiny model factory (built and warm-started locally, cached) and the
-standard Hugging Face loading path used for every other model."""
+standard Hugging Face loading path used for every other model (`adarl.models.loading`).
 
-from adarl.models.loading import (
-    Policy,
-    build_policy,
-    default_cache_dir,
-    load_policy,
-    load_tokenizer,
-    resolve_model_config,
-    resolve_model_path,
-)
-from adarl.models.tokenizer import build_char_tokenizer, load_char_tokenizer
-
-__all__ = [
-    "Policy",
-    "build_char_tokenizer",
-    "build_policy",
-    "default_cache_dir",
-    "load_char_tokenizer",
-    "load_policy",
-    "load_tokenizer",
-    "resolve_model_config",
-    "resolve_model_path",
-]
+Nothing is re-exported here: importing a light module of this package (the character tokenizer,
+the BPE) must not import the built-in models' warm start, which stands on the tasks and hints."""

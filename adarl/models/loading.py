@@ -5,7 +5,8 @@ cached build (building it the first time), for anything else the name unchanged,
 and `load_policy` hand to the standard `from_pretrained` loaders exactly as on a cluster.
 Built-ins: `adarl/tiny-arithmetic` (adarl/models/tiny.py) and `adarl/mid-math`
 (adarl/models/mid.py). A built-in's tokenizer is rebuilt by name without building the model
-(`load_tokenizer`), so the data can be checked before any model exists.
+(`load_tokenizer`, adarl/models/tokenizer_loading.py), so the data can be checked before any
+model exists.
 
 The tiny model learns the task the run trains on (`resolve_model_config(model, task=...)`,
 `policy_tokenizer(config)`): on the built-in arithmetic task its own recipe and vocabulary
@@ -32,7 +33,6 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
-    AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
@@ -46,10 +46,10 @@ from adarl.config.model import (
     ModelConfig,
     TinyModelConfig,
 )
-from adarl.models.bpe import build_bpe_tokenizer
 from adarl.models.mid import build_mid_model_dir
 from adarl.models.tiny import AuxiliaryPairs, build_tiny_model_dir
-from adarl.models.tokenizer import build_char_tokenizer, build_task_char_tokenizer
+from adarl.models.tokenizer import build_task_char_tokenizer
+from adarl.models.tokenizer_loading import load_tokenizer
 
 if TYPE_CHECKING:
     from adarl.config import AdarlConfig
@@ -60,10 +60,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CACHE_DIR_ENV = "ADARL_CACHE_DIR"
-# Tokenizer classes that mean "the plain fast tokenizer in tokenizer.json": load those with the
-# fast class itself, because AutoTokenizer next to a model config swaps in the model family's
-# tokenizer class (for Qwen2 it re-normalises text and drops spaces).
-_PLAIN_FAST_TOKENIZER_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 
 
 @dataclass
@@ -425,21 +421,6 @@ def check_policy_lengths(
             + " ".join(fixes)
             + " (or choose shorter prompts/answers, e.g. a smaller generator config)"
         )
-
-
-def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    """The tokenizer saved with a model directory or hub name; a built-in's own tokenizer."""
-    if name_or_path == MID_MATH:
-        return build_bpe_tokenizer()  # deterministic: identical to the saved copy
-    if name_or_path in BUILTIN_MODELS:
-        return build_char_tokenizer()  # identical to the saved copy; no model build needed
-    path = name_or_path
-    tokenizer_config = Path(path) / "tokenizer_config.json"
-    if tokenizer_config.is_file():
-        saved_class = json.loads(tokenizer_config.read_text()).get("tokenizer_class")
-        if saved_class in _PLAIN_FAST_TOKENIZER_CLASSES:
-            return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path)
 
 
 def model_max_positions(config: ModelConfig) -> int | None:

@@ -41,9 +41,8 @@ from adarl.algo.dro import (
     token_deviation,
     token_weights,
 )
-from adarl.allocator.pool_reward import FinishedPool, RescoredPool, ScoreFn
 from adarl.config.dro import DroConfig
-from adarl.types import Rollout, TaskExample
+from adarl.types import FinishedPool, RescoredPool, Rollout, ScoreFn, TaskExample
 
 DEVIATION_QUANTILES = (0.1, 0.5, 0.9)
 

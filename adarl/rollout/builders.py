@@ -57,7 +57,7 @@ def engine_class_and_kwargs(
             "rollout.engine=fake needs a script of pass rates: pass fake_script= (prompt text -> "
             "FakePrompt) to the builder; the fake engine is for tests"
         )
-    from adarl.models.loading import load_tokenizer
+    from adarl.models.tokenizer_loading import load_tokenizer
 
     return FakeEngine, {
         "tokenizer": load_tokenizer(model_path),
@@ -137,7 +137,7 @@ def hint_generator_kwargs(config: HintsConfig, codec: HintCodec | None) -> dict[
 
 def hint_model_codec(model_path: str) -> HintCodec:
     """The hint model's own codec: its tokenizer, stopping at its end-of-sequence token."""
-    from adarl.models.loading import load_tokenizer
+    from adarl.models.tokenizer_loading import load_tokenizer
     from adarl.rollout.codec import PromptCodec
 
     tokenizer = load_tokenizer(model_path)

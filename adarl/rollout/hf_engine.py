@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-from adarl.models.loading import load_tokenizer
+from adarl.models.tokenizer_loading import load_tokenizer
 from adarl.rollout.common import (
     check_weight_names,
     engine_metrics,

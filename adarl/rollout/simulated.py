@@ -1,5 +1,5 @@
 """`SimulatedRolloutPool`: the rollout pool's streaming calls in virtual time, for benchmarks and
-tests that drive the real rollout phase (`adarl.driver.collect_groups`) without a GPU.
+tests that drive the real rollout phase (`adarl.driver.rollout_phase.collect_groups`) without a GPU.
 
 Outcomes come from a real engine (usually the scripted `FakeEngine`: known pass rates); *time*
 comes from a discrete-event simulation of continuous-batching engines (`LatencyModel`,
@@ -200,7 +200,8 @@ class SimulatedRolloutPool:
 
     `engine` produces the completions (at once, when a request is submitted); `is_correct` says
     whether a completion is a right answer, which only sets its simulated length. `now()` is the
-    virtual clock: pass it as `clock=` to `adarl.driver.collect_groups`.
+    virtual clock: pass it as `PhaseParts(clock=...)` to
+    `adarl.driver.rollout_phase.collect_groups`.
     """
 
     def __init__(

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from adarl.models.loading import load_tokenizer
+from adarl.models.tokenizer_loading import load_tokenizer
 from adarl.rollout.common import (
     check_weight_names,
     engine_metrics,

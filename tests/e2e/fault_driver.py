@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from adarl.driver import StepOutcome
+from adarl.driver.step_loop import StepOutcome
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.reaper import REAPER_TOKEN_ENV
 from adarl.session import TrainingSession

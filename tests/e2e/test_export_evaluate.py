@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 from adarl.checkpoint import load_checkpoint
 from adarl.export import read_export_info, read_run_config
 from adarl.models.loading import load_tokenizer, policy_tokenizer, resolve_model_config
+from adarl.tasks.arithmetic import DEFAULT_LEVELS
 
 RUN = (
     "+experiment=ada_seq_balance",
@@ -119,6 +120,13 @@ def test_evaluating_the_final_checkpoint_reproduces_the_runs_final_evaluation(
     proc = _module("adarl.evaluate", str(checkpoint), "--out", str(out))
     assert proc.returncode == 0, output_tail(proc)
     assert "pass@1" in proc.stdout and f"wrote {out}" in proc.stdout
+    # vLLM's start-up warnings (on CPU: "CPU backend doesn't allow to use
+    # `torch.set_num_threads`", once per thread) and DeepSpeed's export go to the log file.
+    log = tmp_path / "final.log"
+    assert f"goes to {log}" in proc.stdout
+    assert "CPU backend" not in proc.stdout + proc.stderr, output_tail(proc)
+    if not torch.cuda.is_available():
+        assert "CPU backend doesn't allow to use `torch.set_num_threads`" in log.read_text()
 
     record = json.loads(out.read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -164,3 +172,42 @@ def test_evaluating_the_base_model_with_the_runs_config_reproduces_its_base_eval
     assert [p["correct"] for p in record["per_prompt"]] == base["correct"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert record["evaluation"] == summary["base_evaluation"]
+
+
+@pytest.mark.slow
+def test_the_evaluate_command_names_the_levels_and_keeps_library_output_in_its_log(
+    tmp_path: Path,
+) -> None:
+    """The cheapest real path: the built-in model (the warm start the run above uses) on the HF
+    engine, in its own process. Its table names the arithmetic levels, as the task does; what the
+    libraries print (transformers' weight-loading progress bars, the warm start's build) is in
+    the log beside the JSON, and the console holds adarl's own lines only."""
+    out = tmp_path / "tiny.json"
+    proc = _module(
+        "adarl.evaluate",
+        "adarl/tiny-arithmetic",
+        "model.tiny.sft_steps=120",
+        "rollout=hf",
+        "eval.num_prompts=24",
+        "eval.final_samples_per_prompt=2",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, output_tail(proc)
+    # Without the redirect, transformers' "Loading weights: 100%|███|" bars would be here.
+    assert all("[adarl]" in line for line in proc.stderr.splitlines()), output_tail(proc)
+    log = tmp_path / "tiny.log"
+    console = proc.stdout.splitlines()
+    assert console[0].endswith(f"goes to {log}") and log.stat().st_size > 0
+    assert all(line.startswith(("adarl.evaluate: ", "  ")) for line in console), console
+    # The table's rows: "  <level>  <prompts>  <pass@1>% ..." (the guesser's rows are indented).
+    rows = [
+        line.split()[0]
+        for line in console
+        if line.startswith("  ") and not line.startswith("    ") and line.split()[1].isdigit()
+    ]
+    names = [level.name for level in DEFAULT_LEVELS]
+    assert rows == ["all", *names]  # 24 prompts hold every level
+    record = json.loads(out.read_text())
+    assert record["level_names"] == {str(i): name for i, name in enumerate(names)}
+    assert list(record["evaluation"]["by_level"]) == [str(i) for i in range(len(names))]

@@ -29,7 +29,7 @@ from hydra import compose, initialize_config_dir
 
 from adarl.checkpoint import find_latest_checkpoint, load_checkpoint
 from adarl.cluster import ensure_ray
-from adarl.driver import StepOutcome
+from adarl.driver.step_loop import StepOutcome
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.logging import read_metrics_jsonl
 from adarl.reaper import REAPER_TOKEN_ENV, marked_processes

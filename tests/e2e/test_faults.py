@@ -30,7 +30,7 @@ from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.build import allocator_kwargs
 from adarl.cluster import blocking_proxy, ensure_ray, spawn_actor
 from adarl.config.allocator import AllocatorConfig
-from adarl.driver import RolloutPhase, collect_groups
+from adarl.driver.rollout_phase import PhaseParts, RolloutPhase, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reaper import REAPER_TOKEN_ENV, marked_processes
 from adarl.reward.exact import ExactMatchVerifier
@@ -236,11 +236,13 @@ def run_step(pool: RolloutPool, *, step: int, kill_slot: int | None) -> RolloutP
         phase = collect_groups(
             step,
             prompts.next_batch(8),
-            allocator=allocator,
-            rollout=pool,
-            rewards=rewards,
-            prompts=prompts,
-            codec=codec,
+            PhaseParts(
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=prompts,
+                codec=codec,
+            ),
         )
         if killer is not None:
             killer.join(timeout=60)
@@ -335,7 +337,7 @@ def test_a_sigkilled_driver_leaves_no_ray_process_behind() -> None:
 
 @pytest.mark.timeout(120)
 def test_a_stuck_allocator_call_times_out_naming_the_key() -> None:
-    handle = spawn_actor(BudgetAllocator, num_cpus=0, **allocator_kwargs(AllocatorConfig()))
+    handle = spawn_actor(BudgetAllocator, num_cpus=0, **allocator_kwargs(AllocatorConfig().plan()))
     ray.get(handle.state_dict.remote())  # up (an actor's start is not the call under test)
     proxy = blocking_proxy(handle, BudgetAllocator, timeout_s=1.0)
     assert proxy.state_dict() is not None  # answers while healthy

@@ -19,7 +19,7 @@ from adarl.config.faults import FaultsConfig
 from adarl.config.hints import HintsConfig
 from adarl.config.model import TinyModelConfig
 from adarl.config.rollout import RolloutConfig
-from adarl.hints import HintRequest
+from adarl.hints.types import HintRequest
 from adarl.models.tiny import build_tiny_qwen2
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.rollout.builders import build_hint_generator

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from adarl.driver import StepOutcome
+from adarl.driver.step_loop import StepOutcome
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.logging import read_metrics_jsonl
 from adarl.models.bpe import build_bpe_tokenizer
@@ -51,7 +51,7 @@ def test_mid_model_trains_three_steps_with_long_chat_responses(tmp_path: Path) -
         "rollout.max_model_len=1536",
         "rollout.max_num_seqs=8",
         "allocator.prompts_per_step=2",
-        "allocator.samples_per_prompt=2",
+        "allocator.uniform_samples_per_prompt=2",
         "learner.learning_rate=1e-5",
         "learner.lr_warmup_steps=0",
         "cluster=in_process",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from adarl.evaluation import EvalKind
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.models.tiny import read_build_info
 from adarl.reward.registry import build_verifier
@@ -125,7 +126,7 @@ def test_a_jsonl_task_with_its_own_fields_learns_from_the_embedded_default(
         test = list(session.evaluator.examples) if session.evaluator is not None else []
         base = session.base_eval
         # The run's final evaluation again: the same seeds and weights give the same draws.
-        final = session.evaluate(step=summary.steps, final=True)
+        final = session.evaluate(step=summary.steps, kind=EvalKind.FINAL)
     assert base is not None and final is not None
     assert final.accuracy == pytest.approx(summary.final_accuracy)
     constant = best_constant_answer(train, test, build_verifier("exact_match"))
@@ -133,3 +134,50 @@ def test_a_jsonl_task_with_its_own_fields_learns_from_the_embedded_default(
     assert rise is not None and rise == summary.pass_at_1_rise
     assert rise["rise"] > 3 * rise["se"], (base.accuracy, final.accuracy, rise)
     assert final.accuracy > constant.accuracy, (final.accuracy, constant)
+
+
+def _unsolvable_problems(path: Path) -> None:
+    """Prompts whose answers are unrelated 6-digit numbers: every answer the policy can write is
+    rejected by the exact-match verifier, so no group ever holds a right answer."""
+    rng = random.Random(1)
+    rows = [
+        {
+            "id": f"u{i}",
+            "prompt": f"{rng.randint(10, 99)}?",
+            "answer": str(rng.randint(10**5, 10**6 - 1)),
+        }
+        for i in range(400)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_without_learning_signal_stops_early_and_says_why(tmp_path: Path) -> None:
+    data = tmp_path / "unsolvable.jsonl"
+    _unsolvable_problems(data)
+    _, session = _session(
+        tmp_path / "run",
+        [
+            "+experiment=ada_coverage",
+            "task=jsonl",
+            f"task.path={data}",
+            "task.verifier=exact_match",
+            "task.test_fraction=0.2",
+            f"model.cache_dir={tmp_path / 'cache'}",
+            *[o for o in MICRO if not o.startswith("trainer.total_steps")],
+            "trainer.total_steps=50",
+            "trainer.signal_check_steps=3",
+        ],
+    )
+    with session:
+        summary = session.train()
+    assert summary.steps == 3 and summary.stop_reason == "no_learning_signal"
+    message = summary.stop_message or ""
+    assert "no learning signal: 0.0% of the 24 groups trained in steps 1-3" in message
+    assert "base evaluation: held-out pass@1 0.0%" in message
+    for fix in ("model.tiny.sft_steps", "model.tiny.hidden_size", "model=hf"):
+        assert fix in message
+    assert "trainer.min_mixed_group_fraction=0" in message
+    # The end is a normal one: final evaluation, checkpoint off here, the model exported.
+    assert summary.final_accuracy == 0.0 and summary.model_dir is not None

@@ -15,7 +15,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 
-from adarl.driver import StepOutcome
+from adarl.driver.step_loop import StepOutcome
 from adarl.export import read_export_info
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.logging import read_metrics_jsonl, read_wandb_offline_metrics
@@ -77,7 +77,7 @@ def _launch(run_dir: Path, cache: str, *overrides: str) -> subprocess.CompletedP
         ),
         # The short warm start leaves most prompts at p ≈ 0: 8 samples give GRPO a mixed group.
         # The same pipeline under another experiment: `pytest -m heavy`, outside make test's time.
-        pytest.param("grpo", ["allocator.samples_per_prompt=8"], marks=pytest.mark.heavy),
+        pytest.param("grpo", ["allocator.uniform_samples_per_prompt=8"], marks=pytest.mark.heavy),
     ],
 )
 def test_three_steps_on_ray_with_vllm_and_deepspeed(
@@ -226,19 +226,30 @@ def _session_steps(
     return seen
 
 
+MINI_BATCHES = (
+    "learner.mini_batches_per_step=2",
+    "learner.epochs_per_step=2",
+    "learner.loss.ratio_reference=learner",
+)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_resume_repeats_the_uninterrupted_run(tmp_path: Path, model_cache: str) -> None:
-    uninterrupted = _session_steps(tmp_path / "a", model_cache, total_steps=4)
-    first_half = _session_steps(tmp_path / "b", model_cache, total_steps=2)  # stops after step 2
-    resumed = _session_steps(tmp_path / "b", model_cache, total_steps=4)  # resume=auto
+    """With the recipe's mini-batch updates (2 mini-batches × 2 epochs, π_old scored by the
+    learner before the step's first update): the optimizer, its schedule and the cut of each
+    batch into mini-batches all resume as they were."""
+    uninterrupted = _session_steps(tmp_path / "a", model_cache, 4, *MINI_BATCHES)
+    first_half = _session_steps(tmp_path / "b", model_cache, 2, *MINI_BATCHES)  # stops at 2
+    resumed = _session_steps(tmp_path / "b", model_cache, 4, *MINI_BATCHES)  # resume=auto
 
     assert [s["step"] for s in first_half] == [1, 2]
     assert [s["step"] for s in resumed] == [3, 4]  # continued, did not start over
     assert first_half == uninterrupted[:2]
     assert resumed == uninterrupted[2:]  # same prompts, same pools, same advantages
-    steps = [row["step"] for row in read_metrics_jsonl(tmp_path / "b" / "metrics.jsonl")]
-    assert steps == [0, 1, 2, 3, 4]  # nothing lost, nothing logged twice
+    rows = read_metrics_jsonl(tmp_path / "b" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]  # nothing lost, nothing logged twice
+    assert all(row["train/optimizer_steps"] == 4 for row in rows[1:])
     # The synchronous loop (rollout.max_off_policy_steps=0) trains on current weights only and
     # never samples ahead.
     assert all(s["staleness"] == 0 and s["pipeline_metrics"] == [] for s in uninterrupted)

@@ -1,19 +1,28 @@
-"""What every sampler shares: the protocol, per-prompt verdicts, the step budget, request seeds.
+"""What every sampler shares: the protocol and its capabilities, per-prompt verdicts, the step
+budget, request seeds.
 
 A sampler decides, prompt by prompt, how many more responses to draw. It sees only prompt ids and
 rewards (never rollouts or tokens) and holds only plain Python state, so `state_dict()` is a small
 picklable dict and a sampler restored mid-step makes the same decisions as one that never stopped.
 
-Life of a step, as the `BudgetAllocator` drives it:
+Life of a step, as the `BudgetAllocator` drives it (the `Sampler` protocol):
 
     start_step(step, prompt_ids, history)  # a new batch of prompts (and what is known of them)
     next() -> [Draw]                      # draws to dispatch now
     observe(prompt_id, rewards)           # the rewards of one returned draw, in sample order
     next() -> [Draw]                      # ... more draws unlocked by that result
-    needs_prompts() -> int                # only the dynamic filter asks for more prompts
+    needs_prompts() -> int                # refills: the dynamic filter, a rollout budget
     add_prompts(prompt_ids)               # the driver's answer ([] = the source has none left)
     done() -> bool                        # nothing in flight and nothing left to draw
     verdict(prompt_id) -> PromptStatus    # how each prompt ended
+    target_groups(), sequential_law()     # what the group builder needs of the step's pools
+
+A sampler that does more implements a capability, a small protocol of its own, and nothing else:
+`StatisticsRequester` (learner statistics: GVM), `PilotDrawer` (an estimation-only pilot),
+`PassRateEstimator` (allocation by an estimate), `HintHost` (funding hinted conditions and
+abandoning collapsed prompts), `InclusionWeigher` (chosen for rollouts with a probability:
+curation), `PoolStatisticsObserver` (a pool reward stage's statistics: the DRO filter). The
+allocator finds them with `capability(sampler, kind)`.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from adarl.algo.stopping import StoppingRule
 
@@ -93,7 +102,9 @@ class SequentialLaw:
 
 @runtime_checkable
 class Sampler(Protocol):
-    """The small protocol every sampler implements (see the module docstring)."""
+    """What every sampler does (see the module docstring): take a step's prompts, decide draws,
+    observe their rewards, say how each prompt ended and how its pools were drawn, and report and
+    checkpoint itself. What only some samplers do is a capability below."""
 
     name: str
 
@@ -110,10 +121,15 @@ class Sampler(Protocol):
         ...
 
     def add_prompts(self, prompt_ids: Sequence[str], history: Mapping[str, PromptHistory]) -> None:
-        """More prompts for this step; an empty list means the prompt source has none to give."""
+        """More prompts for this step (refills, hinted conditions); an empty list means the
+        prompt source has none to give. Samplers that allocate over the whole batch refuse a
+        non-empty one (ValueError)."""
         ...
 
-    def needs_prompts(self) -> int: ...
+    def needs_prompts(self) -> int:
+        """Prompts the step wants from the source now (refills: the dynamic filter, a rollout
+        budget); 0 otherwise."""
+        ...
 
     def next(self) -> list[Draw]: ...
 
@@ -136,10 +152,27 @@ class Sampler(Protocol):
         its labels were seen (its mean is then already unbiased)."""
         ...
 
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+# -- capabilities: the hooks only some samplers have ----------------------------------------------
+# A sampler implements the capabilities it uses and nothing else; the allocator looks each one up
+# with `capability` and, for a sampler without it, uses the neutral answer named in its docstring.
+
+
+@runtime_checkable
+class StatisticsRequester(Protocol):
+    """Asks for learner statistics before it can draw more (GVM, after its pilot). Without it:
+    no request is ever made."""
+
     def statistics_wanted(self) -> list[str]:
         """Prompts whose accepted samples' gradient norms the sampler needs before it can draw
-        more (GVM, after its pilot); [] otherwise. The allocator turns this into a
-        `StatisticsRequest` the driver routes to the learners."""
+        more; [] otherwise. The allocator turns this into a `StatisticsRequest` the driver
+        routes to the learners."""
         ...
 
     def observe_statistics(self, grad_norms: Mapping[str, float]) -> None:
@@ -147,25 +180,59 @@ class Sampler(Protocol):
         samples (0 when it has none)."""
         ...
 
+
+@runtime_checkable
+class PilotDrawer(Protocol):
+    """Draws a pilot to estimate before it allocates (Ada-Est, GVM). Without it: no pilot, every
+    sample of a pool is trained on."""
+
     def pilot_samples(self, prompt_id: str) -> int:
         """Samples at the start of the prompt's pool drawn only to estimate (not trained on:
         the trained samples' count was then fixed before their labels were seen)."""
         ...
+
+
+@runtime_checkable
+class PassRateEstimator(Protocol):
+    """Allocates by a pass-rate estimate (Ada-Est, GVM, knapsack). Without it: None."""
 
     def pass_rate_estimate(self, prompt_id: str) -> float | None:
         """The pass-rate estimate the sampler allocated this prompt's samples by (None: none),
         for advantages that weight by it and for the estimate-error metric."""
         ...
 
+
+@runtime_checkable
+class HintHost(Protocol):
+    """Takes hinted conditions in and gives collapsed prompts up (uniform, streaming sequential):
+    what the hint stage needs. Samplers that allocate over the whole batch have none, and the
+    allocator refuses a hint stage with them."""
+
     def prompt_allowance(self) -> int:
-        """The most one prompt may draw in a step (its cap); samplers that allocate over the
-        whole batch have none and refuse (ValueError)."""
+        """The most one prompt may draw in a step (its cap)."""
         ...
+
+    def fund(self, prompt_ids: Sequence[str]) -> None:
+        """Grow the step budget by the most `prompt_ids` may draw (their caps), before they are
+        added: prompts paid from another budget (hinted conditions, from the hint stage's) take
+        no samples from the step's other prompts."""
+        ...
+
+    def abandon(self, prompt_id: str) -> None:
+        """Stop a prompt whose last draw returned (the allocator declared it collapsed): draws
+        queued for it are cancelled and refunded to the step budget, and it ends ABANDONED
+        (no group)."""
+        ...
+
+
+@runtime_checkable
+class InclusionWeigher(Protocol):
+    """Chooses prompts for rollouts with a probability (curation skips, knapsack exploration).
+    Without it: every prompt was chosen with probability 1 and its advantages weigh 1."""
 
     def inclusion_probability(self, prompt_id: str) -> float:
         """The probability π with which this step's prompt was chosen for rollouts, given its
-        history and the step's other candidates (1 unless a curation stage chose it; for a
-        SKIPPED prompt, the probability it had)."""
+        history and the step's other candidates (for a SKIPPED prompt, the probability it had)."""
         ...
 
     def advantage_weight(self, prompt_id: str) -> float:
@@ -173,24 +240,70 @@ class Sampler(Protocol):
         inclusion probabilities (the declared objective kept), else 1."""
         ...
 
-    def fund(self, prompt_ids: Sequence[str]) -> None:
-        """Grow the step budget by the most `prompt_ids` may draw (their caps), before they are
-        added: prompts paid from another budget (hinted conditions, from the hint stage's) take
-        no samples from the step's other prompts. Samplers that allocate over the whole batch
-        may refuse (ValueError)."""
+
+@runtime_checkable
+class PoolStatisticsObserver(Protocol):
+    """Reads a pool reward stage's statistics (the DRO variance filter; adarl/allocator/
+    pool_reward.py). Without it: the statistics are not handed on."""
+
+    def observe_pool_statistics(self, statistics: Mapping[str, Mapping[str, float]]) -> None:
+        """Every rescored pool's statistics of this step, keyed by prompt id, in one call after
+        the pool stage and before the step's verdicts are read."""
         ...
 
-    def abandon(self, prompt_id: str) -> None:
-        """Stop a prompt whose last draw returned (the allocator declared it collapsed): draws
-        queued for it are cancelled and refunded to the step budget, and it ends ABANDONED
-        (no group). Samplers that allocate over the whole batch may refuse (ValueError)."""
-        ...
 
-    def metrics(self) -> dict[str, float]: ...
+Capability = TypeVar("Capability")
 
-    def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+def capability(sampler: Sampler, kind: type[Capability]) -> Capability | None:
+    """`sampler` as a `kind` when it implements that capability, else the sampler it wraps when
+    that one does (a wrapper, `inner`, leaves to its inner sampler the hooks it does not define
+    itself), else None."""
+    layer: object = sampler
+    while not isinstance(layer, kind):
+        layer = getattr(layer, "inner", None)
+        if layer is None:
+            return None
+    return layer
+
+
+@dataclass(frozen=True)
+class SamplerHooks:
+    """A sampler's capabilities, looked up once (`capability`), and the neutral answer of each
+    for a sampler without it: what the allocator asks of a step's sampler beyond the protocol."""
+
+    statistics: StatisticsRequester | None
+    pilots: PilotDrawer | None
+    estimates: PassRateEstimator | None
+    hints: HintHost | None
+    inclusion: InclusionWeigher | None
+    pool_statistics: PoolStatisticsObserver | None
+
+    @staticmethod
+    def of(sampler: Sampler) -> SamplerHooks:
+        return SamplerHooks(
+            statistics=capability(sampler, StatisticsRequester),
+            pilots=capability(sampler, PilotDrawer),
+            estimates=capability(sampler, PassRateEstimator),
+            hints=capability(sampler, HintHost),
+            inclusion=capability(sampler, InclusionWeigher),
+            pool_statistics=capability(sampler, PoolStatisticsObserver),
+        )
+
+    def statistics_wanted(self) -> list[str]:
+        return [] if self.statistics is None else self.statistics.statistics_wanted()
+
+    def pilot_samples(self, prompt_id: str) -> int:
+        return 0 if self.pilots is None else self.pilots.pilot_samples(prompt_id)
+
+    def pass_rate_estimate(self, prompt_id: str) -> float | None:
+        return None if self.estimates is None else self.estimates.pass_rate_estimate(prompt_id)
+
+    def inclusion_probability(self, prompt_id: str) -> float:
+        return 1.0 if self.inclusion is None else self.inclusion.inclusion_probability(prompt_id)
+
+    def advantage_weight(self, prompt_id: str) -> float:
+        return 1.0 if self.inclusion is None else self.inclusion.advantage_weight(prompt_id)
 
 
 class StepBudget:
@@ -218,6 +331,12 @@ class StepBudget:
     @property
     def exhausted(self) -> bool:
         return self.cap is not None and self.used >= self.cap
+
+    def extend(self, samples: int) -> None:
+        """Raise the cap by `samples` paid from elsewhere (a hinted condition's allowance); no
+        effect without a cap."""
+        if self.cap is not None:
+            self.cap += samples
 
     def state_dict(self) -> dict[str, Any]:
         return {"cap": self.cap, "used": self.used}

@@ -153,12 +153,6 @@ class DynamicFilterSampler(LedgerSampler):
     def target_groups(self) -> int | None:
         return self._target
 
-    def abandon(self, prompt_id: str) -> None:
-        raise ValueError(
-            "dynamic_filter refills prompts to a target of kept groups; it cannot abandon one "
-            "for a hint (use hints with the uniform or streaming sequential samplers)"
-        )
-
     def metrics(self) -> dict[str, float]:
         statuses = [t.status for t in self._ledger.tallies.values()]
         return {

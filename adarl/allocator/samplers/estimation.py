@@ -121,17 +121,13 @@ class _TwoStage(LedgerSampler):
     def sequential_law(self) -> None:
         return None  # the trained draw's size is fixed before its labels are seen
 
+    # -- PilotDrawer and PassRateEstimator -----------------------------------------------------
+
     def pilot_samples(self, prompt_id: str) -> int:
         return self._pilot.get(prompt_id, 0)
 
     def pass_rate_estimate(self, prompt_id: str) -> float | None:
         return self._estimates.get(prompt_id)
-
-    def abandon(self, prompt_id: str) -> None:
-        raise ValueError(
-            f"{self.name} allocates over the whole batch; it cannot abandon a prompt for a hint "
-            "(use hints with the uniform or streaming sequential samplers)"
-        )
 
     def _observed_second_stage(self) -> dict[str, float]:
         """Each allocated prompt's pass rate over its second-stage samples (for the error)."""
@@ -301,12 +297,6 @@ class AdaEstSampler(_TwoStage):
             counts = dict(zip(prompts, (int(x) for x in n), strict=True))
         self._second_stage(counts)
 
-    def statistics_wanted(self) -> list[str]:
-        return []
-
-    def observe_statistics(self, grad_norms: Mapping[str, float]) -> None:
-        raise AssertionError("ada_est never asks for statistics")
-
     def metrics(self) -> dict[str, float]:
         ages = [age for _, age in self._history_estimates.values()]
         return {
@@ -386,6 +376,8 @@ class GvmSampler(_TwoStage):
         self._pilot_positives[prompt_id] = self._ledger.tallies[prompt_id].positives
         if self._ledger.in_flight == 0:
             self.phase = "statistics"  # the whole pilot is in: G_i next
+
+    # -- StatisticsRequester -------------------------------------------------------------------
 
     def statistics_wanted(self) -> list[str]:
         """After the whole pilot returned: the prompts with an accepted pilot sample (the rule

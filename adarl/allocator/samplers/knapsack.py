@@ -199,6 +199,8 @@ class KnapsackSampler(LedgerSampler):
         self._ledger.record(prompt_id, rewards)
         self._ledger.settle(prompt_id, PromptStatus.RESOLVED)
 
+    # -- PassRateEstimator and InclusionWeigher ------------------------------------------------
+
     def pass_rate_estimate(self, prompt_id: str) -> float | None:
         return self._estimates.get(prompt_id)
 
@@ -214,12 +216,6 @@ class KnapsackSampler(LedgerSampler):
         if not self.inverse_probability_weights:
             return 1.0
         return 1.0 / self._probability.get(prompt_id, 1.0)
-
-    def abandon(self, prompt_id: str) -> None:
-        raise ValueError(
-            f"{self.name} splits the step's budget over its candidates at once; it cannot abandon "
-            "a prompt for a hint (use hints with the uniform or streaming sequential samplers)"
-        )
 
     # -- the split -----------------------------------------------------------------------------
 

@@ -190,9 +190,9 @@ class StepLedger:
 
 class LedgerSampler:
     """The `Sampler` protocol's common answers for a sampler that keeps its step in a
-    `StepLedger` (`self._ledger`): no refills, no target, one stage (no pilot, no statistics, no
-    estimate), pool sizes fixed before their labels are seen, and abandoning a prompt through
-    the ledger. Samplers override what they do differently."""
+    `StepLedger` (`self._ledger`): no refills, no target, pool sizes fixed before their labels
+    are seen. Samplers override what they do differently and implement the capabilities they
+    have (adarl/allocator/samplers/base.py) themselves."""
 
     name: str
     _ledger: StepLedger
@@ -220,36 +220,3 @@ class LedgerSampler:
 
     def sequential_law(self) -> SequentialLaw | None:
         return None
-
-    def statistics_wanted(self) -> list[str]:
-        return []
-
-    def observe_statistics(self, grad_norms: Mapping[str, float]) -> None:
-        raise AssertionError(f"{self.name} never asks for statistics")
-
-    def pilot_samples(self, prompt_id: str) -> int:
-        return 0
-
-    def pass_rate_estimate(self, prompt_id: str) -> float | None:
-        return None
-
-    def inclusion_probability(self, prompt_id: str) -> float:
-        return 1.0
-
-    def advantage_weight(self, prompt_id: str) -> float:
-        return 1.0
-
-    def abandon(self, prompt_id: str) -> None:
-        self._ledger.abandon(prompt_id)
-
-    def fund(self, prompt_ids: Sequence[str]) -> None:
-        budget = self._ledger.budget
-        if budget.cap is not None:
-            budget.cap += len(prompt_ids) * self.prompt_allowance()
-
-    def prompt_allowance(self) -> int:
-        """The most one prompt may draw in a step (its cap)."""
-        raise ValueError(
-            f"{self.name} allocates over the whole batch and cannot take in a prompt paid from "
-            "another budget (a hinted prompt); use the uniform or streaming sequential samplers"
-        )

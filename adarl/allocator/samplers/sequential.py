@@ -293,6 +293,14 @@ class SequentialSampler(LedgerSampler):
             else:
                 self._dispatch_or_stop(pid, self.round_repeat, minimum=1)
 
+    # -- HintHost ------------------------------------------------------------------------------
+
+    def prompt_allowance(self) -> int:
+        return self.max_samples_per_prompt
+
+    def fund(self, prompt_ids: Sequence[str]) -> None:
+        self._ledger.budget.extend(len(prompt_ids) * self.prompt_allowance())
+
     def abandon(self, prompt_id: str) -> None:
         if self.mode is DispatchMode.ROUNDS:
             raise ValueError(
@@ -300,8 +308,7 @@ class SequentialSampler(LedgerSampler):
             )
         self._ledger.abandon(prompt_id)
 
-    def prompt_allowance(self) -> int:
-        return self.max_samples_per_prompt
+    # -- reporting and checkpointing -----------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
         stops = [t.exit_index for t in self._ledger.tallies.values() if t.exit_index is not None]

@@ -101,8 +101,18 @@ class UniformSampler(LedgerSampler):
         self._ledger.record(prompt_id, rewards)
         self._ledger.settle(prompt_id, PromptStatus.RESOLVED)
 
+    # -- HintHost ------------------------------------------------------------------------------
+
     def prompt_allowance(self) -> int:
         return self.samples_per_prompt
+
+    def fund(self, prompt_ids: Sequence[str]) -> None:
+        self._ledger.budget.extend(len(prompt_ids) * self.prompt_allowance())
+
+    def abandon(self, prompt_id: str) -> None:
+        self._ledger.abandon(prompt_id)
+
+    # -- reporting and checkpointing -----------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
         return self._ledger.metrics()

@@ -1,10 +1,10 @@
 """The allocator for real, against the scripted `FakeEngine` and the real exact-match verifier.
 
 `FakeWorld` holds prompts with known pass rates. `FakeWorld.run_step` runs one step through the
-driver's own rollout phase (`adarl.driver.collect_groups`) on a `SimulatedRolloutPool` (results
-come back in simulated-latency order, varied by `order_seed`) and a real `RewardPool`, recording
-what was requested and scored. Only `stop_after_results` (a step interrupted mid-way, for resume
-tests) plays the allocator's calls by hand, since the real loop never stops mid-step.
+driver's own rollout phase (`adarl.driver.rollout_phase.collect_groups`) on a `SimulatedRolloutPool`
+(results come back in simulated-latency order, varied by `order_seed`) and a real `RewardPool`,
+recording what was requested and scored. Only `stop_after_results` (a step interrupted mid-way,
+for resume tests) plays the allocator's calls by hand, since the real loop never stops mid-step.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from adarl.allocator import BudgetAllocator, StepResult
-from adarl.driver import collect_groups
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
@@ -182,13 +182,15 @@ class FakeWorld:
             phase = collect_groups(
                 step,
                 examples,
-                allocator=allocator,
-                rollout=pool,
-                rewards=_TracingRewards(rewards, trace),
-                prompts=_Refill(refill),
-                codec=self.codec,
-                statistics=statistics,
-                clock=pool.now,
+                PhaseParts(
+                    allocator=allocator,
+                    rollout=pool,
+                    rewards=_TracingRewards(rewards, trace),
+                    prompts=_Refill(refill),
+                    codec=self.codec,
+                    statistics=statistics,
+                    clock=pool.now,
+                ),
             )
         return phase.result
 

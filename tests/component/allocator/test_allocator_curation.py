@@ -95,7 +95,8 @@ def test_curation_keeps_budget_bound_and_declared_objective(name: str) -> None:
         config, pass_rates=PASS_RATES, prompts_per_rate=48, steps=steps, latency=LATENCY, seed=3
     )
     budget = config.rollout_budget()
-    assert budget == config.prompts_per_step * config.samples_per_prompt
+    planned = config.plan().planned_samples_per_prompt  # uniform n, or the knapsack mean
+    assert budget == config.prompts_per_step * planned
     assert run.step_rollouts == [budget] * steps  # to the rollout, every step
     bound = config.curation.max_skipped_visits
     if bound is not None:
@@ -106,11 +107,7 @@ def test_curation_keeps_budget_bound_and_declared_objective(name: str) -> None:
         assert skipped and min(c.drawn_fraction for c in run.checks) < 0.6
     for check in run.checks:
         assert check.visits >= 1_500, check
-        w = float(
-            implied_weight(
-                check.p, estimator=config.group.advantage, group_size=config.samples_per_prompt
-            )
-        )
+        w = float(implied_weight(check.p, estimator=config.group.advantage, group_size=planned))
         scale = w * check.p * np.abs(np.eye(RESPONSES)[0] - policy(check.p)).max()
         assert np.all(check.se_residual <= 0.12 * scale), check  # the test's power
         assert np.all(np.abs(check.mean_residual) <= 3 * check.se_residual), check

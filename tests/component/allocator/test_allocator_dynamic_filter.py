@@ -16,7 +16,7 @@ def filter_config(target: int, **overrides) -> AllocatorConfig:
     return AllocatorConfig(
         sampler="dynamic_filter",
         prompts_per_step=target,
-        samples_per_prompt=4,
+        uniform_samples_per_prompt=4,
         dynamic_filter=overrides.pop("dynamic_filter", DynamicFilterConfig()),
         group=GroupConfig(group_size=4, advantage="grpo"),
         **overrides,

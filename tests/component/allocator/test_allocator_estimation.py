@@ -1,5 +1,6 @@
 """Ada-Est and GVM live: the real allocator and samplers, the scripted fake engine, and the
-driver's own rollout phase (`adarl.driver.collect_groups`, through `FakeWorld.run_step`)."""
+driver's own rollout phase (`adarl.driver.rollout_phase.collect_groups`, through
+`FakeWorld.run_step`)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_ada_est_allocation_converges_to_the_rule_at_the_true_pass_rates() -> No
     config = AllocatorConfig(
         sampler="ada_est",
         prompts_per_step=len(rates),
-        samples_per_prompt=8,
+        mean_samples_per_prompt=8,
         max_samples_per_prompt=32,
         estimation=EstimationConfig(ema_decay=0.5, min_samples_per_prompt=1),
         group=GroupConfig(group_size=None, advantage="ada_est"),
@@ -61,7 +62,7 @@ def test_gvm_uses_gradient_norms_computed_on_this_steps_pilot() -> None:
     config = AllocatorConfig(
         sampler="gvm",
         prompts_per_step=len(rates),
-        samples_per_prompt=4,
+        mean_samples_per_prompt=4,
         max_samples_per_prompt=32,
         estimation=EstimationConfig(gvm_presamples=8, min_samples_per_prompt=0),
         group=GroupConfig(group_size=None, advantage="grpo"),

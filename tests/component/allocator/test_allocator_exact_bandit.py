@@ -168,3 +168,34 @@ def test_logit_needs_no_pass_rate_estimate_and_holds_exactly(overrides: tuple[st
         assert se <= 0.08 / 3 * target, check
         assert abs(check.effective_weight - target) <= 3 * se, check
         assert np.all(np.abs(check.z_scores) <= 3) or check.se_effective_weight < floor, check
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_first_mini_batch_estimates_the_declared_objective() -> None:
+    """Mini-batch updates (learner.mini_batches_per_step = 4): the prompts the learners train in a
+    step's first mini-batch, each through the real loss at ρ = 1, estimate the default's declared
+    weight (1 - p^16 - (1-p)^16)/(p(1-p)) at every p within 3 SE. The cut keeps groups whole and
+    depends only on their positions, never on their outcomes or pool sizes; a cut by pool size
+    would select prompts by their labels and fail here. Power: 192 prompt-steps per p, SE of the
+    effective weight ≤ 20%/3 of the target (asserted)."""
+    config = _allocator("+experiment=ada_coverage")
+    checks = measure(
+        config,
+        pass_rates=PASS_RATES,
+        prompts_per_rate=64,
+        steps=12,
+        latency=LatencyModel(engines=1, slots=256),
+        seed=7,
+        mini_batches=4,
+    )
+    cap = config.max_samples_per_prompt
+    for check in checks:
+        assert check.trials == 64 // 4 * 12  # a quarter of each rate's prompts, every step
+        one_label = check.p**cap + (1 - check.p) ** cap
+        target = (1 - one_label) / (check.p * (1 - check.p))
+        floor = target / (1 - one_label) * math.sqrt(one_label * (1 - one_label) / check.trials)
+        se = max(check.se_effective_weight, floor)
+        assert se <= 0.20 / 3 * target, check
+        assert abs(check.effective_weight - target) <= 3 * se, check
+        assert np.all(np.abs(check.z_scores) <= 3) or check.se_effective_weight < floor, check

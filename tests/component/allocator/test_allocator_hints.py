@@ -19,10 +19,12 @@ from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import is_mixed
 from adarl.allocator.samplers.sequential import SequentialSampler
 from adarl.allocator.samplers.uniform import UniformSampler
-from adarl.driver import collect_groups
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.evaluation import Evaluator
-from adarl.hints import CollapseRule, HintGenerator, HintRequest, SageSchedule
-from adarl.hints.schedule import SageLightSchedule
+from adarl.hints.collapse import CollapseRule
+from adarl.hints.generator import HintGenerator
+from adarl.hints.schedule import SageLightSchedule, SageSchedule
+from adarl.hints.types import HintRequest
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
@@ -105,13 +107,15 @@ class HintWorld:
             phase = collect_groups(
                 step,
                 self.examples,
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=_NoRefill(),
-                codec=self.codec,
-                hints=generator,
-                clock=pool.now,
+                PhaseParts(
+                    allocator=allocator,
+                    rollout=pool,
+                    rewards=rewards,
+                    prompts=_NoRefill(),
+                    codec=self.codec,
+                    hints=generator,
+                    clock=pool.now,
+                ),
             )
         return phase, pool.sent
 

@@ -33,7 +33,7 @@ CONFIGS = {
     "dynamic_filter": AllocatorConfig(
         sampler="dynamic_filter", prompts_per_step=6, group=GroupConfig(advantage="grpo")
     ),
-    "ada_est": AllocatorConfig(sampler="ada_est", prompts_per_step=18, samples_per_prompt=6),
+    "ada_est": AllocatorConfig(sampler="ada_est", prompts_per_step=18, mean_samples_per_prompt=6),
     "gvm": AllocatorConfig(
         sampler="gvm", prompts_per_step=18, group=GroupConfig(group_size=None, advantage="grpo")
     ),

@@ -18,7 +18,7 @@ from adarl.allocator.build import allocator_kwargs, build_sampler
 from adarl.bench.sampler import StepsOutcome, run_steps, sampler_configs
 from adarl.bench.sampler_world import fake_world
 from adarl.config.allocator import AllocatorConfig, SequentialConfig
-from adarl.driver import RolloutPhase
+from adarl.driver.rollout_phase import RolloutPhase
 from adarl.rollout.simulated import LatencyModel
 
 PROMPTS, STEPS = 48, 4
@@ -96,7 +96,7 @@ def test_with_history_every_wave_reaches_its_own_step() -> None:
 
 def _allocator(config: AllocatorConfig, *, max_open_steps: int, **extra) -> BudgetAllocator:
     return BudgetAllocator(
-        **{**allocator_kwargs(config), "max_open_steps": max_open_steps, **extra}
+        **{**allocator_kwargs(config.plan()), "max_open_steps": max_open_steps, **extra}
     )
 
 
@@ -137,7 +137,8 @@ def test_the_allocator_opens_steps_in_order_up_to_its_limit() -> None:
 )
 def test_the_allocator_refuses_what_cannot_overlap(config: AllocatorConfig, message: str) -> None:
     from adarl.allocator.hint_stage import HintStage
-    from adarl.hints import CollapseRule, SageSchedule
+    from adarl.hints.collapse import CollapseRule
+    from adarl.hints.schedule import SageSchedule
 
     hints = (
         HintStage(schedule=SageSchedule(), collapse=CollapseRule(after_samples=8))
@@ -146,8 +147,8 @@ def test_the_allocator_refuses_what_cannot_overlap(config: AllocatorConfig, mess
     )
     with pytest.raises(ValueError, match=message):
         BudgetAllocator(
-            sampler=build_sampler(config),
-            group_builder=allocator_kwargs(config)["group_builder"],
+            sampler=build_sampler(config.plan()),
+            group_builder=allocator_kwargs(config.plan())["group_builder"],
             hints=hints,
             max_open_steps=2,
         )
@@ -157,7 +158,7 @@ def test_discarding_the_open_steps_waits_for_their_requests_and_closes_them() ->
     """At a run's end on its rollout budget (`Driver.end_stream`): the steps still sampling are
     drained and dropped, counted, and the allocator can be checkpointed again."""
     from adarl.bench.bandit import NoPrompts
-    from adarl.driver import RolloutStream
+    from adarl.driver.rollout_phase import PhaseParts, RolloutStream
     from adarl.reward.exact import ExactMatchVerifier
     from adarl.reward.pool import RewardPool
     from adarl.rollout.simulated import SimulatedRolloutPool
@@ -171,12 +172,14 @@ def test_discarding_the_open_steps_waits_for_their_requests_and_closes_them() ->
     allocator = _allocator(config, max_open_steps=2)
     with RewardPool(verifiers={"arithmetic": ExactMatchVerifier()}, num_workers=1) as rewards:
         stream = RolloutStream(
-            allocator=allocator,
-            rollout=pool,
-            rewards=rewards,
-            prompts=NoPrompts(),
-            codec=world.codec,
-            clock=pool.now,
+            PhaseParts(
+                allocator=allocator,
+                rollout=pool,
+                rewards=rewards,
+                prompts=NoPrompts(),
+                codec=world.codec,
+                clock=pool.now,
+            )
         )
         stream.open_step(0, batches[0])
         stream.open_step(1, batches[1])

@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from adarl.allocator.build import build_allocator
 from adarl.bench.bandit import BanditEngine, BanditPrompts, BanditVerifier, measure
 from adarl.config import AllocatorConfig
-from adarl.driver import collect_groups
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
 from adarl.launch import CONFIG_DIR, load_config
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
@@ -91,12 +91,14 @@ def test_a_step_spends_about_its_budget_and_admits_as_prompts_settle() -> None:
             phase = collect_groups(
                 step,
                 source.next_batch(config.prompts_per_step),
-                allocator=allocator,
-                rollout=pool,
-                rewards=rewards,
-                prompts=source,
-                codec=codec,
-                clock=pool.now,
+                PhaseParts(
+                    allocator=allocator,
+                    rollout=pool,
+                    rewards=rewards,
+                    prompts=source,
+                    codec=codec,
+                    clock=pool.now,
+                ),
             )
             spent.append(phase.rollouts)
             admitted.append(phase.result.metrics["sampling/prompts_admitted"])

@@ -11,14 +11,15 @@ import torch
 
 from adarl.allocator import build_allocator
 from adarl.config.allocator import AllocatorConfig, GroupConfig
-from adarl.driver import collect_groups, merge_metrics
-from adarl.evaluation import EvalResult, Evaluator, eval_reward_metrics
+from adarl.driver.rollout_phase import PhaseParts, collect_groups
+from adarl.evaluation import EvalKind, EvalResult, Evaluator, eval_reward_metrics
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.pool import RewardPool
 from adarl.rollout.codec import PromptCodec
 from adarl.rollout.fake import FakeEngine, FakePrompt
 from adarl.rollout.pool import RolloutPool
+from adarl.step_metrics import merge_metrics
 from adarl.tasks.source import PromptSource
 from adarl.types import SamplingParams, TaskExample
 
@@ -78,18 +79,20 @@ def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> N
         AllocatorConfig(
             sampler="uniform",
             prompts_per_step=8,
-            samples_per_prompt=4,
+            uniform_samples_per_prompt=4,
             group=GroupConfig(group_size=None, advantage="grpo"),
         )
     )
     phase = collect_groups(
         1,
         train,
-        allocator=allocator,
-        rollout=rollout,
-        rewards=rewards,
-        prompts=PromptSource(examples=train, seed=0),
-        codec=codec,
+        PhaseParts(
+            allocator=allocator,
+            rollout=rollout,
+            rewards=rewards,
+            prompts=PromptSource(examples=train, seed=0),
+            codec=codec,
+        ),
     )
     metrics = merge_metrics({"allocator": phase.result.metrics, "rollout phase": phase.metrics})
     trained = [s.reward for g in phase.result.groups for s in g.rollouts]
@@ -119,14 +122,10 @@ def test_training_metrics_after_an_eval_count_training_rollouts_only(world) -> N
 def test_the_run_budget_is_rollouts_or_sequence_tokens_whichever_comes_first(
     max_rollouts: int | None, max_sequence_tokens: int | None, reached: list[bool]
 ) -> None:
-    from adarl.driver import Driver
+    from adarl.driver.step_loop import Driver
 
     driver = Driver(
-        prompts=None,  # type: ignore[arg-type]  # the budget reads only the driver's counts
-        codec=None,  # type: ignore[arg-type]
-        allocator=None,  # type: ignore[arg-type]
-        rollout=None,  # type: ignore[arg-type]
-        rewards=None,  # type: ignore[arg-type]
+        parts=None,  # type: ignore[arg-type]  # the budget reads only the driver's counts
         learners=None,  # type: ignore[arg-type]
         weight_sync=None,  # type: ignore[arg-type]
         prompts_per_step=1,
@@ -150,6 +149,19 @@ def test_evaluation_reports_accuracy_by_difficulty(world) -> None:
     assert metrics["eval/accuracy_by_difficulty/1"] == 1.0
     assert metrics["eval/accuracy_by_difficulty/2"] == 1.0
     assert metrics["eval/num_prompts"] == 8.0
+
+
+def test_the_base_and_final_evaluations_draw_their_own_sample_count(world) -> None:
+    _, held_out, codec, rollout, rewards = world
+    evaluator = dataclasses.replace(_evaluator(held_out, codec), final_samples_per_prompt=6)
+    drawn = {
+        kind: evaluator.evaluate(rollout, rewards, step=0, kind=kind).samples_per_prompt
+        for kind in EvalKind
+    }
+    assert drawn == {EvalKind.BASE: 6, EvalKind.PERIODIC: 4, EvalKind.FINAL: 6}
+    # None (eval.final_samples_per_prompt=null): every evaluation draws samples_per_prompt.
+    plain = _evaluator(held_out, codec)
+    assert plain.evaluate(rollout, rewards, step=0, kind=EvalKind.FINAL).samples_per_prompt == 4
 
 
 def test_evaluation_reports_the_best_constant_answer_and_checkpoints_it(world, tmp_path) -> None:
@@ -222,11 +234,13 @@ def test_the_allocator_is_called_once_per_wave_with_start_and_finish_riding_alon
     phase = collect_groups(
         1,
         train,
-        allocator=allocator,  # type: ignore[arg-type]
-        rollout=engines,  # type: ignore[arg-type]
-        rewards=rewards,
-        prompts=PromptSource(examples=train, seed=0),
-        codec=codec,
+        PhaseParts(
+            allocator=allocator,  # type: ignore[arg-type]
+            rollout=engines,  # type: ignore[arg-type]
+            rewards=rewards,
+            prompts=PromptSource(examples=train, seed=0),
+            codec=codec,
+        ),
     )
     waves = engines.calls["drain_completed"]
     assert waves >= 2  # adaptive: follow-up draws came back in later waves

@@ -29,7 +29,7 @@ from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.samplers.base import PromptStatus
 from adarl.allocator.variance_filter import VarianceFilter
 from adarl.config.allocator import AllocatorConfig, GroupConfig
-from adarl.driver import RolloutPhase, collect_groups
+from adarl.driver.rollout_phase import PhaseParts, RolloutPhase, collect_groups
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.arithmetic_reflection import RESTATEMENT_SUFFIX, ArithmeticRestatement
 from adarl.reward.exact import ExactMatchVerifier
@@ -112,13 +112,15 @@ class World:
             phase = collect_groups(
                 step,
                 [self.examples[i] for i in ids],
-                allocator=allocator,
-                rollout=Tracing(),
-                rewards=rewards,
-                prompts=Source(),
-                codec=self.codec,
-                pool_reward=stage,
-                clock=pool.now,
+                PhaseParts(
+                    allocator=allocator,
+                    rollout=Tracing(),
+                    rewards=rewards,
+                    prompts=Source(),
+                    codec=self.codec,
+                    pool_reward=stage,
+                    clock=pool.now,
+                ),
             )
         return phase, pool
 
@@ -132,7 +134,7 @@ def _allocator(**filter_settings) -> BudgetAllocator:
     allocator = build_allocator(
         AllocatorConfig(
             sampler="uniform",
-            samples_per_prompt=SAMPLES,
+            uniform_samples_per_prompt=SAMPLES,
             prompts_per_step=6,
             group=GroupConfig(group_size=None, advantage="grpo"),
         )

@@ -24,7 +24,8 @@ import torch
 from adarl.config.hints import HintsConfig
 from adarl.config.model import TINY_ARITHMETIC, TinyModelConfig
 from adarl.config.rollout import RolloutConfig
-from adarl.hints import HintRequest, template_levels
+from adarl.hints.template import template_levels
+from adarl.hints.types import HintRequest
 from adarl.models.loading import resolve_model_path
 from adarl.rollout.builders import build_hint_generator
 from adarl.rollout.codec import PromptCodec

@@ -8,8 +8,10 @@ import torch
 from adarl.learner.batching import (
     BatchCounts,
     plan_micro_batches,
+    plan_mini_batch_shards,
     shard_batch,
     split_across_ranks,
+    split_mini_batches,
     validate_train_batch,
 )
 from adarl.learner.synthetic import synthetic_train_batch
@@ -60,6 +62,64 @@ def _valid_batch() -> TrainBatch:
         vocab_size=20,
         seed=0,
     )
+
+
+def _batch_of_groups(sizes: list[int]) -> TrainBatch:
+    """One group (prompt index g) of `sizes[g]` samples each, in order."""
+    parts = [
+        synthetic_train_batch(
+            num_prompts=1,
+            samples_per_prompt=n,
+            prompt_length=(3, 5),
+            response_length=(2, 6),
+            vocab_size=30,
+            seed=g,
+        )
+        for g, n in enumerate(sizes)
+    ]
+    length = max(p.input_ids.shape[1] for p in parts)
+
+    def cat(name: str) -> torch.Tensor:
+        return torch.cat(
+            [
+                torch.nn.functional.pad(getattr(p, name), (0, length - p.input_ids.shape[1]))
+                for p in parts
+            ]
+        )
+
+    return TrainBatch(
+        input_ids=cat("input_ids"),
+        attention_mask=cat("attention_mask"),
+        response_mask=cat("response_mask"),
+        behaviour_logprobs=cat("behaviour_logprobs"),
+        advantages=cat("advantages"),
+        prompt_index=torch.cat([torch.full((n,), g) for g, n in enumerate(sizes)]).long(),
+    )
+
+
+def test_mini_batches_hold_whole_groups_in_order_and_equal_numbers() -> None:
+    sizes = [3, 1, 5, 2, 4, 1, 2]  # pools of unequal size, as adaptive sampling trains them
+    batch = _batch_of_groups(sizes)
+    starts = [sum(sizes[:g]) for g in range(len(sizes) + 1)]
+    minis = split_mini_batches(batch, 3)
+    # ⌊7k/3⌋ = 0, 2, 4, 7: groups 0-1 | 2-3 | 4-6, whatever their sizes or outcomes.
+    for mini, (first, last) in zip(minis, [(0, 2), (2, 4), (4, 7)], strict=True):
+        rows = torch.arange(starts[first], starts[last])  # whole groups, in batch order
+        expected = batch.select(rows)
+        for name in ("input_ids", "response_mask", "advantages", "prompt_index"):
+            assert torch.equal(getattr(mini, name), getattr(expected, name)), name
+    assert split_mini_batches(batch, 1) == [batch]
+    assert len(split_mini_batches(batch, 20)) == 7  # at most one mini-batch per group
+    # Every rank gets its shard of every mini-batch, normalised by the mini-batch's counts.
+    plans = plan_mini_batch_shards(batch, num_mini_batches=3, world_size=2, max_tokens=40)
+    assert [len(plan) for plan in plans] == [3, 3]
+    for k, mini in enumerate(minis):
+        assert {plan[k].global_num_tokens for plan in plans} == {BatchCounts.of(mini).loss_tokens}
+        assert sum(plan[k].shard.num_sequences for plan in plans) == mini.num_sequences
+        assert len({plan[k].num_micro_batches for plan in plans}) == 1
+    interleaved = batch.select(torch.tensor([0, 3, 1, 2]))  # group 0, group 1, group 0 again
+    with pytest.raises(ValueError, match="prompt_index is not contiguous"):
+        split_mini_batches(interleaved, 2)
 
 
 def test_validation_names_the_broken_field() -> None:

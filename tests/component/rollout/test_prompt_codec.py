@@ -19,7 +19,8 @@ from adarl.rollout.codec import (
     build_prompt_codec,
     end_of_turn_token_id,
 )
-from adarl.tasks import BadRowError, build_prompt_source, build_test_examples
+from adarl.tasks.build import build_prompt_source, build_test_examples
+from adarl.tasks.files import BadRowError
 from adarl.types import PromptRequest, SamplingParams, TaskExample
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -20,14 +20,17 @@ import pytest
 import torch
 
 from adarl.algo.advantages import (
+    AdvantageOptions,
+    focal_grpo_weight,
     focal_scale,
     grpo_advantages,
     passk_training_advantages,
+    passk_training_weight,
     pkpo_advantages,
 )
 from adarl.algo.allocation import variance_optimal_allocation
 from adarl.algo.curation import declared_value, hit_utility, hit_utility_increment
-from adarl.algo.implied import focal_grpo_weight, implied_weight, passk_training_weight
+from adarl.algo.implied import implied_weight
 from adarl.algo.objectives import (
     check_objective_k,
     get_objective,
@@ -287,12 +290,17 @@ def test_closed_forms_equal_the_enumerated_implied_weights(n: int) -> None:
         )
     for gamma in (0.0, 0.5, 2.0):
         np.testing.assert_allclose(
-            implied_weight(p, estimator="grpo", group_size=n, focal_gamma=gamma),
+            implied_weight(
+                p,
+                estimator="grpo",
+                group_size=n,
+                options=AdvantageOptions(focal_gamma=gamma),
+            ),
             focal_grpo_weight(p, group_size=n, gamma=gamma),
             rtol=1e-9,
         )
     with pytest.raises(ValueError, match="group-relative"):
-        implied_weight(p, estimator="raft", group_size=n, focal_gamma=1.0)
+        implied_weight(p, estimator="raft", group_size=n, options=AdvantageOptions(focal_gamma=1.0))
 
 
 def test_focal_scale() -> None:

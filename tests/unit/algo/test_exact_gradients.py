@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from adarl.algo.advantages import (
+    AdvantageOptions,
     ada_est_advantages,
     dr_grpo_advantages,
     grpo_advantages,
@@ -63,7 +64,7 @@ UNIFORM_CASES = {
     "raft": (lambda r, p: raft_advantages(r), {"estimator": "raft"}, lambda p: np.ones_like(p)),
     "raft_positives": (
         lambda r, p: raft_advantages(r, normalization="positives"),
-        {"estimator": "raft", "raft_normalization": "positives"},
+        {"estimator": "raft", "options": AdvantageOptions(raft_normalization="positives")},
         lambda p: (1 - (1 - p) ** GROUP) / p,  # log p behind the gate Pr[K > 0]
     ),
     "dr_grpo": (
@@ -393,7 +394,12 @@ def test_ada_est_optimises_log_objective_with_sample_mean_loss() -> None:
     # often all-negative, the gate u_n(p)).
     est = np.array(
         [
-            implied_weight(p[x], estimator="ada_est", group_size=int(sizes[x]), ada_est_eps=1e-9)
+            implied_weight(
+                p[x],
+                estimator="ada_est",
+                group_size=int(sizes[x]),
+                options=AdvantageOptions(ada_est_eps=1e-9),
+            )
             for x in range(3)
         ]
     )

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from adarl.algo.objectives import (
-    OBJECTIVE_NAMES,
+    OBJECTIVES,
     beta_smoothed_pass_rate,
     clip_pass_rate,
     get_objective,
@@ -20,7 +20,7 @@ from adarl.algo.objectives import (
 P_GRID = np.array([0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99])
 
 
-@pytest.mark.parametrize("name", OBJECTIVE_NAMES)
+@pytest.mark.parametrize("name", list(OBJECTIVES))
 def test_weight_is_the_derivative_of_f(name: str) -> None:
     objective = get_objective(name, alpha=0.3)
     p = torch.tensor(P_GRID, dtype=torch.float64, requires_grad=True)
@@ -64,7 +64,7 @@ def test_clip_and_beta_smoothing() -> None:
         beta_smoothed_pass_rate(3, 2, a=1.0, b=1.0)
 
 
-@pytest.mark.parametrize("name", OBJECTIVE_NAMES)
+@pytest.mark.parametrize("name", list(OBJECTIVES))
 def test_selection_weight_is_w_times_bernoulli_variance(name: str) -> None:
     p = P_GRID
     expected = objective_weight(p, objective=name, alpha=0.3) * p * (1 - p)

@@ -1,5 +1,6 @@
 """Drive a sampler with synthetic reward streams (no engine): each prompt has a fixed sequence of
-0/1 rewards, handed out in sampling order, so stopping points can be computed by hand."""
+0/1 rewards, handed out in sampling order, so stopping points can be computed by hand; and a
+prompt's scored pool with given rewards, for the group builder."""
 
 from __future__ import annotations
 
@@ -7,6 +8,27 @@ import random
 from collections.abc import Mapping, Sequence
 
 from adarl.allocator.samplers.base import Draw, PromptHistory, Sampler
+from adarl.types import Completion, FinishReason, Rollout, ScoredRollout
+
+
+def scored_pool(rewards: Sequence[float], *, prompt_id: str = "p") -> list[ScoredRollout]:
+    """One prompt's pool: a 3-token rollout per reward, in sampling order."""
+    completion = Completion(
+        token_ids=(10, 11, 12), logprobs=(-0.5,) * 3, finish_reason=FinishReason.STOP
+    )
+    return [
+        ScoredRollout(
+            rollout=Rollout(
+                request_id=f"r{i}",
+                prompt_id=prompt_id,
+                prompt_token_ids=(1, 2),
+                completion=completion,
+                weight_version=0,
+            ),
+            reward=float(r),
+        )
+        for i, r in enumerate(rewards)
+    ]
 
 
 def no_history(prompt_ids: Sequence[str], pass_rate: float = 0.5) -> dict[str, PromptHistory]:

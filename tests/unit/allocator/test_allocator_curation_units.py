@@ -23,7 +23,7 @@ def test_validation_names_the_input_and_the_fix() -> None:
         AllocatorConfig(sampler="ada_est", curation=CurationConfig(skip="greso")).validate()
     with pytest.raises(ValueError, match="cannot spend the budget"):
         AllocatorConfig(
-            sampler="knapsack", max_samples_per_prompt=4, samples_per_prompt=8
+            sampler="knapsack", max_samples_per_prompt=4, mean_samples_per_prompt=8
         ).validate()
     with pytest.raises(ValueError, match=r"curation\.skip='sometimes'"):
         AllocatorConfig(curation=CurationConfig(skip="sometimes")).validate()
@@ -51,17 +51,17 @@ def test_declarations_say_what_a_skip_does_to_the_objective() -> None:
         group=GroupConfig(group_size=None, advantage="rloo"),
         curation=CurationConfig(skip="posterior"),
     )
-    statement = declare_objective(kept).statement
+    statement = declare_objective(kept.plan()).statement
     assert "weighted 1/π_x" in statement and "unchanged in expectation" in statement
-    assert declare_objective(kept).exact  # RLOO's p, kept exactly by the 1/π weights
+    assert declare_objective(kept.plan()).exact  # RLOO's p, kept exactly by the 1/π weights
     greso = AllocatorConfig(
         sampler="uniform",
         group=GroupConfig(group_size=None, advantage="grpo"),
         curation=CurationConfig(skip="greso", inverse_probability_weights=False),
     )
-    statement = declare_objective(greso).statement
+    statement = declare_objective(greso.plan()).statement
     assert "re-weighted by the greso skip: Σ_x π_x·f(p_x)" in statement
-    assert not declare_objective(greso).exact
+    assert not declare_objective(greso.plan()).exact
 
 
 def _history(**fields: object) -> PromptHistory:

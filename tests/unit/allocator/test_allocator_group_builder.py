@@ -241,7 +241,7 @@ def test_config_validation_names_the_key() -> None:
     with pytest.raises(ValueError, match="pass_rate_estimate"):
         AllocatorConfig(group=GroupConfig(pass_rate_estimate="rb")).validate()
     with pytest.raises(ValueError, match="samples_per_prompt must be >= 2"):
-        AllocatorConfig(sampler="dynamic_filter", samples_per_prompt=1).validate()
+        AllocatorConfig(sampler="dynamic_filter", uniform_samples_per_prompt=1).validate()
 
 
 @pytest.mark.parametrize(
@@ -265,7 +265,7 @@ def test_gvm_min_samples_key_reaches_the_sampler() -> None:
     config = AllocatorConfig(
         sampler="gvm", estimation=EstimationConfig(min_samples_per_prompt=3, gvm_presamples=8)
     )
-    assert build_sampler(config).min_samples_per_prompt == 3
+    assert build_sampler(config.plan()).min_samples_per_prompt == 3
 
 
 def test_whole_pool_trains_every_sample_as_n_sequences_worth() -> None:
@@ -277,7 +277,7 @@ def test_whole_pool_trains_every_sample_as_n_sequences_worth() -> None:
         correction="selection",
         objective="log",
         pass_rate_estimate="pool",
-        pool_sequences=4,
+        pool_weight=4,
     )
     group = builder.build(
         prompt_id="p", pool=pool_of(rewards), resolved=True, step=0, prior_pass_rate=0.5

@@ -11,15 +11,21 @@ import itertools
 import numpy as np
 import pytest
 
-from adarl.algo.advantages import focal_scale, grpo_advantages, passk_training_advantages
+from adarl.algo.advantages import (
+    focal_grpo_weight,
+    focal_scale,
+    grpo_advantages,
+    passk_training_advantages,
+    passk_training_weight,
+)
 from adarl.algo.curation import hit_utility
-from adarl.algo.implied import focal_grpo_weight, log_gate, passk_training_weight
+from adarl.algo.implied import log_gate
 from adarl.allocator import build_allocator, build_group_builder
 from adarl.allocator.build import value_objective
 from adarl.allocator.objective import PASS_RATES, declare_objective
 from adarl.allocator.samplers.base import PromptHistory, PromptStatus
 from adarl.allocator.samplers.knapsack import KnapsackSampler
-from adarl.config.allocator import AllocatorConfig, CurationConfig, GroupConfig
+from adarl.config.allocator import AllocatorConfig, CurationConfig, GroupConfig, SequentialConfig
 from adarl.types import Completion, FinishReason, Rollout, ScoredRollout
 
 P = np.array(PASS_RATES)
@@ -27,14 +33,14 @@ P = np.array(PASS_RATES)
 
 def _uniform(**group: object) -> AllocatorConfig:
     return AllocatorConfig(
-        sampler="uniform", samples_per_prompt=8, group=GroupConfig(group_size=None, **group)
+        sampler="uniform", uniform_samples_per_prompt=8, group=GroupConfig(group_size=None, **group)
     )
 
 
 def _hora(**curation: object) -> AllocatorConfig:
     return AllocatorConfig(
         sampler="knapsack",
-        samples_per_prompt=8,
+        mean_samples_per_prompt=8,
         group=GroupConfig(group_size=None, advantage="grpo"),
         curation=CurationConfig(**{"knapsack_value": "hora", "explore_fraction": 0.0, **curation}),
     )
@@ -94,61 +100,73 @@ def test_invalid_coverage_options_name_the_key_and_the_fix(
 
 
 def test_declarations_state_each_objective_exactly() -> None:
-    pkpo = declare_objective(_uniform(advantage="pkpo", objective_k=4))
+    pkpo = declare_objective(_uniform(advantage="pkpo", objective_k=4).plan())
     assert pkpo.exact
     assert "pass@4: 1 - (1 - p)^4 (weight 4(1 - p)^3), exactly (PKPO" in pkpo.statement
     np.testing.assert_allclose(list(pkpo.implied_weight.values()), 4 * (1 - P) ** 3, rtol=1e-9)
 
-    passk = declare_objective(_uniform(advantage="passk_training", objective_k=4))
+    passk = declare_objective(_uniform(advantage="passk_training", objective_k=4).plan())
     assert passk.exact and "scaled per prompt by 1/σ (Pass@k Training)" in passk.statement
     np.testing.assert_allclose(
         list(passk.implied_weight.values()), passk_training_weight(P, group_size=8, k=4)
     )
 
-    focal = declare_objective(_uniform(advantage="grpo", focal_gamma=2.0))
+    focal = declare_objective(_uniform(advantage="grpo", focal_gamma=2.0).plan())
     assert focal.exact and "weighted by (1 - K/n)^2" in focal.statement
     np.testing.assert_allclose(
         list(focal.implied_weight.values()), focal_grpo_weight(P, group_size=8, gamma=2.0)
     )
-    assert not declare_objective(_uniform(advantage="rloo", focal_gamma=1.0)).exact
+    assert not declare_objective(_uniform(advantage="rloo", focal_gamma=1.0).plan()).exact
 
     # Dynamic filter's conditioning on mixed groups is not in the closed form: not exact.
     filtered = AllocatorConfig(
         sampler="dynamic_filter",
-        samples_per_prompt=8,
+        uniform_samples_per_prompt=8,
         group=GroupConfig(group_size=None, advantage="pkpo", objective_k=4),
     )
-    assert not declare_objective(filtered).exact
+    assert not declare_objective(filtered.plan()).exact
 
 
-def test_seq_balance_declares_pass_at_k_with_its_gate() -> None:
+def test_a_correction_that_optimises_another_objective_is_refused() -> None:
     """Selection-corrected pass@8 with the unbiased p̂: h(p̂) = 8p̂(1-p̂)^8 is not linear, so the
-    run states its gate (implied/f') by p instead of claiming pass@8; log p stays exact."""
-    config = AllocatorConfig(
-        sampler="seq_balance",
-        max_samples_per_prompt=16,
-        group=GroupConfig(correction="selection", objective="pass_at_k", objective_k=8),
+    exact weight is pass@8's times a factor that exceeds 1 at high p (a gate cannot): refused,
+    naming the weight and what to use instead. After the default's draw (first 8, then
+    Seq-Balance(1, 1)) p̂ takes only 0, ½ and 1 and the weight is flat: the linear objective,
+    refused too. log p stays exact, logit and arcsin (whose weight is f' times a gate ≤ 1) pass."""
+
+    def config(objective: str, **sequential: int) -> AllocatorConfig:
+        return AllocatorConfig(
+            sampler="seq_balance",
+            max_samples_per_prompt=16,
+            sequential=SequentialConfig(**sequential),
+            group=GroupConfig(
+                correction="selection", objective=objective, objective_k=8, group_size=None
+            ),
+        )
+
+    with pytest.raises(ValueError) as refused:
+        declare_objective(config("pass_at_k").plan())
+    message = str(refused.value)
+    assert (
+        "allocator.group.objective='pass_at_k' is not what this configuration optimises" in message
     )
-    declaration = declare_objective(config)
-    assert not declaration.exact
-    assert declaration.statement.startswith("pass@8: 1 - (1 - p)^8 (weight 8(1 - p)^7), times")
-    gate = np.array(list(declaration.gate.values()))
-    weights = np.array(list(declaration.implied_weight.values()))
-    np.testing.assert_allclose(gate, weights / (8 * (1 - P) ** 7))
-    assert gate[0] < 1.0 < gate[-1]  # biased both ways: down at p = 0.05, up at p = 0.9
-    log = AllocatorConfig(
-        sampler="seq_balance",
-        max_samples_per_prompt=16,
-        group=GroupConfig(correction="selection", objective="log"),
-    )
-    assert declare_objective(log).exact
+    assert "which a gate cannot be" in message and "allocator.group.advantage=pkpo" in message
+    default_draw = {"k_pos": 1, "k_neg": 1, "initial_samples": 8}
+    for objective in ("pass_at_k", "arcsin", "power"):
+        with pytest.raises(ValueError, match="flat in p: the linear objective p"):
+            declare_objective(config(objective, **default_draw).plan())
+    assert declare_objective(config("log").plan()).exact
+    for objective in ("logit", "arcsin"):
+        declare_objective(config(objective).plan())  # its weight is f' times a gate: declared
     np.testing.assert_allclose(
-        list(declare_objective(log).gate.values()), log_gate(P, max_samples=16), rtol=1e-9
+        list(declare_objective(config("log").plan()).gate.values()),
+        log_gate(P, max_samples=16),
+        rtol=1e-9,
     )
 
 
 def test_hora_declares_grpo_at_each_planned_n() -> None:
-    declaration = declare_objective(_hora())
+    declaration = declare_objective(_hora().plan())
     assert "HORA's hit utility 1 - E[(1-p)^n]" in declaration.statement
     assert "each prompt at its own planned group size n_x" in declaration.statement
     assert not declaration.exact  # GRPO's own statement is an n → ∞ one
@@ -188,9 +206,9 @@ def _scored(reward: float) -> ScoredRollout:
 )
 def test_the_group_builder_trains_the_configured_advantage(group: dict, expected) -> None:
     config = AllocatorConfig(
-        sampler="uniform", samples_per_prompt=5, group=GroupConfig(group_size=None, **group)
+        sampler="uniform", uniform_samples_per_prompt=5, group=GroupConfig(group_size=None, **group)
     )
-    builder = build_group_builder(config)
+    builder = build_group_builder(config.plan())
     rewards = np.array([1.0, 0.0, 0.0, 1.0, 0.0])
     built = builder.build(
         prompt_id="q",
@@ -271,7 +289,7 @@ def test_pass_at_k_reaches_every_reader_of_the_objective() -> None:
     knapsack = build_allocator(
         AllocatorConfig(
             sampler="knapsack",
-            samples_per_prompt=8,
+            mean_samples_per_prompt=8,
             group=GroupConfig(group_size=None, advantage="pkpo", objective_k=4),
             curation=CurationConfig(min_samples_per_prompt=4),
         )

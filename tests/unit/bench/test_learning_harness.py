@@ -118,7 +118,7 @@ def test_every_arm_launches_a_valid_config_with_the_settings_budget(
     assert config.checkpoint.resume == "auto"
     if arm.experiment == "grpo":
         n = int(arm.overrides[0].split("=")[1])
-        assert config.allocator.samples_per_prompt == n
+        assert config.allocator.uniform_samples_per_prompt == n
 
 
 def test_the_comparisons_warm_up_is_zero_across_methods_and_each_arms_own_within_one(

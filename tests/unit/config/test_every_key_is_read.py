@@ -38,6 +38,8 @@ READ_ELSEWHERE: dict[str, str] = {
     "seed": "the root seed: AdarlConfig.resolve_seeds derives every component seed from it",
     "name": "labels the run: RunSummary.name, the W&B run (config.name in session.py)",
     "allocator.prompts_per_step": "the driver's batch size (session.py builds the Driver)",
+    "allocator.samples_per_prompt": "retired: validation refuses it, naming the keys that "
+    "replaced it (uniform_samples_per_prompt, mean_samples_per_prompt, ...)",
     "rollout.max_off_policy_steps": "the driver's sampling-ahead depth (session.py builds the "
     "Driver)",
     "rollout.cross_step_allocation": "the driver's stream of overlapping steps and the "

@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from adarl.algo import implied_weight
+from adarl.algo.advantages import AdvantageOptions
+from adarl.algo.implied import implied_weight
 from adarl.allocator import build_group_builder
 from adarl.config import AdarlConfig
 from adarl.launch import CONFIG_DIR, load_config
@@ -75,11 +76,14 @@ def test_raft_variants_train_what_their_labels_say() -> None:
     for experiment, expected in (("raft", np.ones(3)), ("raft_log", (1 - (1 - p) ** 4) / p)):
         group = _compose(f"+experiment={experiment}").allocator.group
         weight = implied_weight(
-            p, estimator="raft", group_size=4, raft_normalization=group.raft_normalization
+            p,
+            estimator="raft",
+            group_size=4,
+            options=AdvantageOptions(raft_normalization=group.raft_normalization),
         )
         np.testing.assert_allclose(weight, expected, rtol=1e-12)
-        builder = build_group_builder(_compose(f"+experiment={experiment}").allocator)
-        assert builder.raft_normalization == group.raft_normalization
+        builder = build_group_builder(_compose(f"+experiment={experiment}").allocator.plan())
+        assert builder.options.raft_normalization == group.raft_normalization
 
 
 def test_unknown_key_fails_at_composition() -> None:

@@ -78,7 +78,7 @@ def test_preset_has_the_documented_recipe(preset: str) -> None:
 def test_presets_differ_only_in_the_sampler() -> None:
     grpo = _compose("+experiment=qwen2_5_math_1_5b_grpo")
     seq = _compose("+experiment=qwen2_5_math_1_5b_seq_balance")
-    assert (grpo.allocator.sampler, grpo.allocator.samples_per_prompt) == ("uniform", 4)
+    assert (grpo.allocator.sampler, grpo.allocator.uniform_samples_per_prompt) == ("uniform", 4)
     assert grpo.allocator.group.advantage == "grpo"
     assert seq.allocator.sampler == "seq_balance" and seq.allocator.group.group_size == 4
     assert (seq.allocator.sequential.k_pos, seq.allocator.sequential.k_neg) == (2, 2)

@@ -9,12 +9,18 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from adarl.allocator.pool_reward import FinishedPool
 from adarl.config.dro import DroConfig, DroFilterConfig
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.arithmetic_reflection import ArithmeticRestatement
 from adarl.reward.r3 import AnswerMarkerTemplate, R3PoolReward, build_pool_reward
-from adarl.types import Completion, FinishReason, Rollout, ScoredRollout, TaskExample
+from adarl.types import (
+    Completion,
+    FinishedPool,
+    FinishReason,
+    Rollout,
+    ScoredRollout,
+    TaskExample,
+)
 
 TOKENIZER = build_char_tokenizer()
 EXAMPLE = TaskExample(prompt_id="p", prompt="4+4=", answer="8", task="arithmetic")

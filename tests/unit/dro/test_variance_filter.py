@@ -7,8 +7,7 @@ import pickle
 
 import pytest
 
-from adarl.allocator.pool_reward import PoolStatisticsObserver
-from adarl.allocator.samplers.base import PromptHistory, PromptStatus
+from adarl.allocator.samplers.base import PoolStatisticsObserver, PromptHistory, PromptStatus
 from adarl.allocator.samplers.uniform import UniformSampler
 from adarl.allocator.variance_filter import VarianceFilter, build_variance_filter
 from adarl.config.dro import DroFilterConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adarl.config.hints import HintsConfig
-from adarl.hints import CollapseRule, build_collapse_rule
+from adarl.hints.collapse import CollapseRule, build_collapse_rule
 
 
 def test_collapsed_once_k_samples_hold_no_positive() -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from adarl.config.hints import HintsConfig
-from adarl.hints import HintGenerator, HintRequest
 from adarl.hints.format import hint_prompt
+from adarl.hints.generator import HintGenerator
 from adarl.hints.template import hint_mode_solution
+from adarl.hints.types import HintRequest
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.rollout.builders import build_hint_generator
 from adarl.rollout.codec import PromptCodec

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from adarl.config.hints import HintsConfig
-from adarl.hints import HintRequest
 from adarl.hints.format import hint_prompt
 from adarl.hints.generator import HintGenerator, HintRunner, run_hint_call
 from adarl.hints.template import hint_mode_solution
+from adarl.hints.types import HintRequest
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.rollout.builders import build_hint_generator, hint_generator_kwargs
 from adarl.rollout.codec import PromptCodec

@@ -232,3 +232,12 @@ def test_no_import_cycle_between_modules() -> None:
 def test_no_import_cycle_between_components() -> None:
     report = cycle_report(component_edges(import_edges()))
     assert not report, f"import cycles between adarl's components:\n{report}"
+
+
+def test_reward_does_not_stand_on_the_allocator() -> None:
+    """The allocator consumes rewards: the records both sides of a pool reward stage use
+    (`FinishedPool`, `RescoredPool`) live in adarl/types.py, so reward never imports it."""
+    edges = component_edges(import_edges())
+    assert ("adarl.reward", "adarl.allocator") not in edges, edges.get(
+        ("adarl.reward", "adarl.allocator")
+    )

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from adarl.config.tasks import ArithmeticConfig, ArithmeticLevelConfig, FieldsConfig, TaskConfig
-from adarl.tasks import BadRowError, build_prompt_source, build_test_examples
 from adarl.tasks.arithmetic import arithmetic_test_split, generate_examples
+from adarl.tasks.build import build_prompt_source, build_test_examples
+from adarl.tasks.files import BadRowError
 
 
 def test_default_task_is_the_arithmetic_mix() -> None:

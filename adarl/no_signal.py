@@ -1,0 +1,82 @@
+"""What a run that cannot learn says when it stops (trainer.min_mixed_group_fraction).
+
+Group-sampling RL learns only from groups that hold both a right and a wrong answer: a prompt the
+policy always fails (or always solves) gives every sample the same advantage. When almost none of
+the first steps' groups are mixed, more steps buy nothing; the run stops and says so with the
+numbers a user needs to decide what to change: how the warm start ended (the built-in tiny
+policy's held-aside accuracy against the best constant answer), the base evaluation, and the
+mixed-group fraction itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def no_signal_message(
+    *,
+    steps: int,
+    groups: int,
+    mixed_fraction: float,
+    minimum: float,
+    base: dict[str, Any] | None,
+    warm_start: dict[str, Any] | None,
+    builtin_model: bool,
+) -> str:
+    """The stop message: what was measured, then what would help, then how to run anyway.
+    `base`: the base evaluation's table (`EvalResult.table()`); `warm_start`: the built-in tiny
+    policy's warm-start record (its build info's `warm_start` entry), None for other models."""
+    lines = [
+        f"no learning signal: {100 * mixed_fraction:.1f}% of the {groups} groups trained in steps "
+        f"1-{steps} had both a right and a wrong answer (trainer.min_mixed_group_fraction="
+        f"{minimum:g}), so the policy gets (almost) no gradient; the run stops at step {steps} "
+        "instead of spending its budget."
+    ]
+    if warm_start is not None:
+        lines.append("  warm start: " + _warm_start_line(warm_start))
+    if base is not None:
+        passes = base["pass_at_k"]
+        largest = max(passes, key=int)
+        line = (
+            f"  base evaluation: held-out pass@1 {100 * passes['1']:.1f}%, "
+            f"pass@{largest} {100 * passes[largest]:.1f}%"
+        )
+        constant = base.get("best_constant")
+        if constant is not None:
+            line += (
+                f", best constant answer {constant['answer']!r} {100 * constant['accuracy']:.1f}%"
+            )
+        lines.append(line)
+    lines.append("  what would help:")
+    if builtin_model:
+        lines += [
+            "    - a longer warm start: model.tiny.sft_steps, model.tiny.sft_max_minutes",
+            "    - a larger tiny model: model.tiny.hidden_size, model.tiny.num_hidden_layers",
+        ]
+    lines += [
+        "    - a real model on a GPU: model=hf model.name_or_path=... (docs/cluster.md)",
+        "    - an easier task or mix (task.*), or hints (hints=sage) for prompts never solved",
+        "  to train anyway: trainer.min_mixed_group_fraction=0",
+    ]
+    return "\n".join(lines)
+
+
+def _warm_start_line(record: dict[str, Any]) -> str:
+    """One line from the warm start's record; keys it lacks are left out."""
+
+    def pct(key: str) -> str | None:
+        value = record.get(key)
+        return None if value is None else f"{100 * float(value):.1f}%"
+
+    parts = []
+    if (accuracy := pct("held_aside_accuracy")) is not None:
+        parts.append(f"held-aside accuracy {accuracy}")
+    if (constant := pct("best_constant_accuracy")) is not None:
+        parts.append(f"best constant answer {constant}")
+    if (guesser := pct("guesser_accuracy")) is not None:
+        parts.append(f"guesser {guesser}")
+    if "steps" in record:
+        parts.append(f"after {record['steps']} steps")
+    if "stopped_by" in record:
+        parts.append(f"stopped by {record['stopped_by']}")
+    return ", ".join(parts) or "no record"
