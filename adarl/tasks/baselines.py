@@ -5,13 +5,22 @@ a task whose most common answer is 22% of all answers, always writing it scores 
 task's report states the **best constant answer** beside the policy: the training split's most
 common answer, always given, scored by the task's own verifier on the held-out prompts. Learning
 means beating it.
+
+The **guesser** (`guess_hit_rates`) ignores the prompt too: it answers by drawing, with
+replacement, one of the training split's reference answers of the prompt's difficulty level. Its
+hit probability on a held-out prompt is the share of those answers equal to the prompt's own, g
+(its pass@k is 1 − (1 − g)^k, adarl/evaluation/passk.py). Held-out evaluation reports both, and
+the tiny model's task warm start stops only once it is clearly above both
+(adarl/models/task_warm_start.py).
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from adarl.reward.base import Verifier
 from adarl.types import TaskExample
@@ -51,9 +60,45 @@ def best_constant_answer(
         raise ValueError("best_constant_answer needs training examples to take the answer from")
     if not test_examples:
         raise ValueError("best_constant_answer needs held-out examples to score it on")
-    counts = Counter(example.answer for example in train_examples)
-    top = max(counts.values())
-    answer = min(a for a, count in counts.items() if count == top)
+    answer = most_common_answer([example.answer for example in train_examples])
     text = response(answer)
     rewards = [verifier.verify(text, example).reward for example in test_examples]
     return ConstantAnswer(answer=answer, accuracy=sum(rewards) / len(rewards))
+
+
+def most_common_answer(answers: Sequence[str]) -> str:
+    """The most frequent of `answers` (ties: the smallest string, so that it is a function of the
+    answers alone)."""
+    if not answers:
+        raise ValueError("the most common answer needs at least one answer")
+    counts = Counter(answers)
+    top = max(counts.values())
+    return min(a for a, count in counts.items() if count == top)
+
+
+def guess_hit_rates(
+    test_answers: Sequence[str],  # [P] held-out reference answers
+    test_levels: Sequence[str],  # [P] their difficulty labels
+    train_answers: Sequence[str],  # [T] training reference answers
+    train_levels: Sequence[str],  # [T] their difficulty labels
+) -> np.ndarray:  # [P] float64: the share of the level's training answers equal to each answer
+    """The guesser's hit probability per held-out prompt (module docstring).
+
+    Answers are compared as stripped strings: exact for exact-match verifiers, a lower bound for
+    verifiers that also accept other spellings. A level with no training answer (a held-out level
+    the training split lacks) falls back to the whole training split's answers.
+    """
+    if len(test_answers) != len(test_levels) or len(train_answers) != len(train_levels):
+        raise ValueError("answers and levels must have the same length")
+    if not train_answers:
+        raise ValueError("the guesser needs training answers: the training split is empty")
+    by_level: dict[str, Counter[str]] = defaultdict(Counter)
+    overall: Counter[str] = Counter()
+    for answer, level in zip(train_answers, train_levels, strict=True):
+        by_level[level][answer.strip()] += 1
+        overall[answer.strip()] += 1
+    rates = np.empty(len(test_answers), dtype=np.float64)
+    for index, (answer, level) in enumerate(zip(test_answers, test_levels, strict=True)):
+        pool = by_level.get(level) or overall
+        rates[index] = pool[answer.strip()] / sum(pool.values())
+    return rates
