@@ -421,6 +421,9 @@ class TrainingSession:
                 else last_eval.pass_at_1_rise_over(self.base_eval)
             ),
             final_evaluation=None if last_eval is None else last_eval.table(),
+            lead_over_best_constant=(
+                None if last_eval is None else last_eval.lead_over_best_constant()
+            ),
             model_dir=str(model_dir),
             stop_reason=stop_reason,
             stop_message=no_signal,

@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
-from adarl.tasks.baselines import guess_hit_rates, most_common_answer
+from adarl.tasks.baselines import Lead, guess_hit_rates, lead_over, most_common_answer
 from adarl.types import TaskExample
 
 log = logging.getLogger(__name__)
@@ -212,35 +212,6 @@ def probe_baselines(data: TaskWarmStartData) -> ProbeBaselines:
         constant_hits=tuple(float(a == constant) for a in data.probe_answers),
         guess_rates=tuple(float(g) for g in rates),
     )
-
-
-@dataclass(frozen=True)
-class Lead:
-    """The policy's mean lead over a baseline on the same prompts, and its paired standard
-    error."""
-
-    mean: float
-    se: float
-
-
-def lead_over(
-    policy_rates: Sequence[float] | np.ndarray,  # [P] the policy's pass rate per prompt
-    baseline_rates: Sequence[float] | np.ndarray,  # [P] the baseline's, on the same prompts
-) -> Lead:
-    """lead = mean(d), SE = sd(d, ddof=1)/√P with d_i = p̂_i − b_i (module docstring). Paired:
-    each prompt's difficulty cancels in d_i, so the SE is that of the lead, not of two means.
-    Fewer than 2 prompts have no SE: NaN, which `clearly_above` never passes."""
-    policy = np.asarray(policy_rates, dtype=np.float64)
-    baseline = np.asarray(baseline_rates, dtype=np.float64)
-    if policy.shape != baseline.shape or policy.ndim != 1:
-        raise ValueError(
-            f"a paired lead needs the same prompts for the policy and the baseline, got "
-            f"{policy.shape} and {baseline.shape}"
-        )
-    if policy.size < 2:
-        return Lead(mean=math.nan, se=math.nan)
-    d = policy - baseline
-    return Lead(mean=float(d.mean()), se=float(d.std(ddof=1) / math.sqrt(d.size)))
 
 
 def clearly_above(lead: Lead, *, min_lead: float, min_lead_in_se: float) -> bool:

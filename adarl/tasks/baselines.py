@@ -16,8 +16,10 @@ the tiny model's task warm start stops only once it is clearly above both
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -61,9 +63,50 @@ def best_constant_answer(
     if not test_examples:
         raise ValueError("best_constant_answer needs held-out examples to score it on")
     answer = most_common_answer([example.answer for example in train_examples])
-    text = response(answer)
-    rewards = [verifier.verify(text, example).reward for example in test_examples]
+    rewards = constant_answer_rewards(answer, test_examples, verifier, response=response)
     return ConstantAnswer(answer=answer, accuracy=sum(rewards) / len(rewards))
+
+
+def constant_answer_rewards(
+    answer: str,
+    test_examples: Sequence[TaskExample],
+    verifier: Verifier,
+    *,
+    response: Callable[[str], str] = lambda answer: answer,
+) -> list[float]:  # [P] the verifier's reward of `answer` on each held-out prompt
+    """What always answering `answer` scores on each of `test_examples` (rendered by `response`,
+    as in `best_constant_answer`): the per-prompt baseline a paired lead is taken over."""
+    text = response(answer)
+    return [float(verifier.verify(text, example).reward) for example in test_examples]
+
+
+@dataclass(frozen=True)
+class Lead:
+    """A policy's mean lead over a baseline on the same prompts, and its paired standard
+    error."""
+
+    mean: float
+    se: float
+
+
+def lead_over(
+    policy_rates: Sequence[float] | np.ndarray,  # [P] the policy's pass rate per prompt
+    baseline_rates: Sequence[float] | np.ndarray,  # [P] the baseline's, on the same prompts
+) -> Lead:
+    """lead = mean(d), SE = sd(d, ddof=1)/√P with d_i = p̂_i − b_i. Paired: each prompt's
+    difficulty cancels in d_i, so the SE is that of the lead, not of two means. Fewer than 2
+    prompts have no SE: NaN (a rule comparing it with a threshold never passes)."""
+    policy = np.asarray(policy_rates, dtype=np.float64)
+    baseline = np.asarray(baseline_rates, dtype=np.float64)
+    if policy.shape != baseline.shape or policy.ndim != 1:
+        raise ValueError(
+            f"a paired lead needs the same prompts for the policy and the baseline, got "
+            f"{policy.shape} and {baseline.shape}"
+        )
+    if policy.size < 2:
+        return Lead(mean=math.nan, se=math.nan)
+    d = policy - baseline
+    return Lead(mean=float(d.mean()), se=float(d.std(ddof=1) / math.sqrt(d.size)))
 
 
 def most_common_answer(answers: Sequence[str]) -> str:

@@ -10,15 +10,14 @@ import numpy as np
 import pytest
 
 from adarl.models.task_warm_start import (
-    Lead,
     TaskWarmStartData,
     clearly_above,
-    lead_over,
     predicted_step_seconds,
     probe_baselines,
     step_budget,
     task_warm_start_data,
 )
+from adarl.tasks.baselines import Lead, lead_over
 from adarl.types import TaskExample
 
 RULE = {"min_lead": 0.05, "min_lead_in_se": 3.0}
