@@ -1,4 +1,5 @@
-"""What a run that cannot learn says when it stops (trainer.min_mixed_group_fraction).
+"""What a run that cannot learn says when it stops (trainer.min_mixed_group_fraction,
+trainer.stop_below_prior).
 
 Group-sampling RL learns only from groups that hold both a right and a wrong answer: a prompt the
 policy always fails (or always solves) gives every sample the same advantage. When almost none of
@@ -35,18 +36,7 @@ def no_signal_message(
     if warm_start is not None:
         lines.append("  warm start: " + _warm_start_line(warm_start))
     if base is not None:
-        passes = base["pass_at_k"]
-        largest = max(passes, key=int)
-        line = (
-            f"  base evaluation: held-out pass@1 {100 * passes['1']:.1f}%, "
-            f"pass@{largest} {100 * passes[largest]:.1f}%"
-        )
-        constant = base.get("best_constant")
-        if constant is not None:
-            line += (
-                f", best constant answer {constant['answer']!r} {100 * constant['accuracy']:.1f}%"
-            )
-        lines.append(line)
+        lines.append(_base_line(base))
     lines.append("  what would help:")
     if builtin_model:
         lines += [
@@ -60,6 +50,73 @@ def no_signal_message(
         "  to train anyway: trainer.min_mixed_group_fraction=0",
     ]
     return "\n".join(lines)
+
+
+def below_prior_message(
+    *,
+    base: dict[str, Any] | None,
+    lead: dict[str, float] | None,
+    warm_start: dict[str, Any] | None,
+    builtin_model: bool,
+) -> str | None:
+    """The stop message of a policy that starts below the answers' prior (trainer.
+    stop_below_prior), or None when it does not: the tiny model's warm start ran out of budget
+    before it was clearly above the best constant answer (`warm_start`'s `stopped_by` is not
+    "above_prior"), or the base evaluation's pass@1 is below that answer's (`lead`: its paired
+    lead, EvalResult.lead_over_best_constant; a policy and a constant that both score 0 are left
+    to the mixed-group check, whose message fits them)."""
+    short_warm_start = warm_start is not None and warm_start.get("stopped_by") not in (
+        None,
+        "above_prior",
+    )
+    below = lead is not None and lead["lead"] < 0.0
+    if not (short_warm_start or below):
+        return None
+    lines = [
+        "the policy starts below the answers' prior: "
+        + (
+            "its warm start ran out of budget before it was clearly above the best constant "
+            "answer and the guesser on held-aside training prompts"
+            if short_warm_start
+            else "its held-out pass@1 is below always writing the best constant answer"
+        )
+        + ". RL from here learns that prior first, not the task, so the run stops after its "
+        "base evaluation instead of spending its budget."
+    ]
+    if warm_start is not None:
+        lines.append("  warm start: " + _warm_start_line(warm_start))
+    if base is not None:
+        lines.append(_base_line(base, lead))
+    lines.append("  what would help:")
+    if builtin_model:
+        lines += [
+            "    - a longer warm start: model.tiny.sft_max_minutes, model.tiny.sft_max_steps",
+            "    - a larger tiny model: model.tiny.hidden_size, model.tiny.num_hidden_layers",
+        ]
+    lines += [
+        "    - a real model on a GPU: model=hf model.name_or_path=... (docs/cluster.md)",
+        "    - an easier task (task.*: e.g. a smaller reasoning-gym config)",
+        "  to train anyway: trainer.stop_below_prior=false",
+    ]
+    return "\n".join(lines)
+
+
+def _base_line(base: dict[str, Any], lead: dict[str, float] | None = None) -> str:
+    """The base evaluation's pass@1, largest pass@k and best constant answer, on one line."""
+    passes = base["pass_at_k"]
+    largest = max(passes, key=int)
+    line = (
+        f"  base evaluation: held-out pass@1 {100 * passes['1']:.1f}%, "
+        f"pass@{largest} {100 * passes[largest]:.1f}%"
+    )
+    constant = base.get("best_constant")
+    if constant is not None:
+        line += f", best constant answer {constant['answer']!r} {100 * constant['accuracy']:.1f}%"
+    if lead is not None and lead["se"] > 0:
+        line += (
+            f" (pass@1 {100 * lead['lead']:+.1f} points over it, paired SE {100 * lead['se']:.1f})"
+        )
+    return line
 
 
 def _warm_start_line(record: dict[str, Any]) -> str:

@@ -40,9 +40,10 @@ class RunSummary:
     # The final policy as a Hugging Face model directory (RUN_DIR/model, adarl/export.py).
     model_dir: str | None = None
     # Why the run ended: "total_steps", "budget" (trainer.max_rollouts / max_sequence_tokens),
-    # "no_learning_signal" (trainer.min_mixed_group_fraction), or "resumed_past_end".
+    # "no_learning_signal" (trainer.min_mixed_group_fraction), "below_prior" (trainer.
+    # stop_below_prior: stopped after the base evaluation), or "resumed_past_end".
     stop_reason: str = "total_steps"
-    # With stop_reason "no_learning_signal": the message the run printed (numbers, what helps).
+    # With stop_reason "no_learning_signal" or "below_prior": the message the run printed.
     stop_message: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from adarl.learner.build import build_learner_group
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import model_max_positions, policy_tokenizer, resolve_model_config
 from adarl.models.tiny import read_build_info
-from adarl.no_signal import no_signal_message
+from adarl.no_signal import below_prior_message, no_signal_message
 from adarl.reward.r3 import build_pool_reward
 from adarl.reward.registry import build_reward_pool, build_verifier
 from adarl.rollout.codec import build_prompt_check, build_prompt_codec
@@ -347,8 +347,12 @@ class TrainingSession:
         last_eval = self.base_eval
         last_step = self.start_step
         stop_reason = "resumed_past_end" if self.start_step >= total else "total_steps"
-        no_signal: str | None = None
-        for step in range(self.start_step + 1, total + 1):
+        no_signal = self._prior_check()
+        if no_signal is not None:
+            log.warning("%s", no_signal)
+            stop_reason = "below_prior"
+        first = total + 1 if no_signal is not None else self.start_step + 1
+        for step in range(first, total + 1):
             rollouts_before = self.driver.rollouts_generated
             outcome = self.driver.step(step, sample_ahead_through=self._next_checkpoint(step))
             last_step = step
@@ -479,6 +483,19 @@ class TrainingSession:
         if result.completions:
             self.logger.log_completions(step, result.completions)
         return result
+
+    def _prior_check(self) -> str | None:
+        """Before the first step of a run that starts from step 0: the message that stops it if
+        its policy starts below the answers' prior (trainer.stop_below_prior), else None."""
+        if not self.config.trainer.stop_below_prior or self.start_step > 0:
+            return None
+        base = self.base_eval
+        return below_prior_message(
+            base=None if base is None else base.table(),
+            lead=None if base is None else base.lead_over_best_constant(),
+            warm_start=_warm_start_record(self.model_path),
+            builtin_model=self.config.model.is_builtin,
+        )
 
     def _signal_check(self, outcome: StepOutcome) -> str | None:
         """At step `trainer.signal_check_steps` of a run that started from step 0: the message

@@ -19,6 +19,13 @@
         constant answer, the base evaluation, the mixed-group fraction) and what would help,
         and records `stop_reason: "no_learning_signal"` in summary.json. Checked once, at that
         step. min_mixed_group_fraction=0 runs anyway.
+    stop_below_prior: a run whose policy starts below the answers' prior stops after its base
+        evaluation, before any rollout: when the tiny model's task warm start ran out of budget
+        before it was clearly above the best constant answer and the guesser (its record's
+        `stopped_by`), or, for any model, when the base evaluation's pass@1 is below the best
+        constant answer's. RL from there first learns the prior (measured: count_bits,
+        letter_counting and simple_equations end within 2 points of their constant answer).
+        The message gives the numbers and what would help; false runs anyway.
 
 `EvalConfig` (held-out split, never with a hint)
     every_steps: evaluate every this many steps (and at the start and the end); 0 = only at the
@@ -75,6 +82,7 @@ class TrainerConfig:
     max_sequence_tokens: int | None = None
     signal_check_steps: int = 5
     min_mixed_group_fraction: float = 0.02
+    stop_below_prior: bool = True
 
     def validate(self) -> None:
         if self.total_steps < 1:

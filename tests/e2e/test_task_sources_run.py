@@ -37,6 +37,8 @@ MICRO = [
     "cluster=in_process",
     "rollout=hf",
     "logger.mode=disabled",
+    # A 10-step warm start never clears the answers' prior; these tests exercise the pipeline.
+    "trainer.stop_below_prior=false",
 ]
 
 
@@ -181,3 +183,39 @@ def test_a_run_without_learning_signal_stops_early_and_says_why(tmp_path: Path) 
     assert "trainer.min_mixed_group_fraction=0" in message
     # The end is a normal one: final evaluation, checkpoint off here, the model exported.
     assert summary.final_accuracy == 0.0 and summary.model_dir is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_starting_below_the_answers_prior_stops_after_its_base_evaluation(
+    tmp_path: Path,
+) -> None:
+    """The same unsolvable task: the warm start runs out of budget below the best constant
+    answer (its record says max_steps), so the run stops before any rollout and says why."""
+    data = tmp_path / "unsolvable.jsonl"
+    _unsolvable_problems(data)
+    _, session = _session(
+        tmp_path / "run",
+        [
+            "+experiment=ada_coverage",
+            "task=jsonl",
+            f"task.path={data}",
+            "task.verifier=exact_match",
+            "task.test_fraction=0.2",
+            f"model.cache_dir={tmp_path / 'cache'}",
+            *[o for o in MICRO if not o.startswith(("trainer.total_steps", "trainer.stop_below"))],
+            "trainer.total_steps=50",
+        ],
+    )
+    with session:
+        summary = session.train()
+    assert summary.steps == 0 and summary.stop_reason == "below_prior"
+    assert summary.rollouts_generated == 0
+    message = summary.stop_message or ""
+    assert "the policy starts below the answers' prior: its warm start ran out of budget" in message
+    assert "warm start: held-aside accuracy 0.0%" in message and "stopped by max_steps" in message
+    assert "base evaluation: held-out pass@1 0.0%" in message
+    for fix in ("model.tiny.sft_max_minutes", "model.tiny.hidden_size", "model=hf"):
+        assert fix in message
+    assert "trainer.stop_below_prior=false" in message
+    assert summary.model_dir is not None  # the warm-started policy, exported as any run's end
