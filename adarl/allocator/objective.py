@@ -28,6 +28,7 @@ from adarl.algo.advantages import (
 )
 from adarl.algo.implied import implied_weight, log_gate, logit_gate
 from adarl.algo.objectives import get_objective
+from adarl.algo.reweighting import NO_OBJECTIVE, get_positive_reweighting
 from adarl.config.allocator import SEQUENTIAL_SAMPLERS, AllocatorConfig, AllocatorPlan
 
 PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
@@ -116,7 +117,9 @@ def declare_objective(
     rewards are R3's real-valued ones, so p stands for the prompt's mean R3 reward, not its
     verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact."""
     config = plan.config
-    declaration = _declare(plan)
+    declaration = _declare_update(plan)
+    if plan.coverage_phase is not None:
+        declaration = _two_phases(plan, _declare_update(plan.coverage_phase), declaration)
     statement, exact = declaration.statement, declaration.exact
     curated = _curation_clause(config)
     if curated:
@@ -131,6 +134,52 @@ def declare_objective(
             f"collapse ({hint_schedule} hints)"
         )
     return dataclasses.replace(declaration, statement=statement, exact=exact)
+
+
+def _declare_update(plan: AllocatorPlan) -> ObjectiveDeclaration:
+    """What one phase's group builder optimises: its estimator's objective, or, after a
+    likelihood-aware reweighting of the positives, that it declares none (and why)."""
+    config = plan.config
+    declaration = _declare(plan)
+    reweighting = get_positive_reweighting(
+        config.group.positive_reweighting, advantage=config.group.advantage
+    )
+    if reweighting is None:
+        return declaration
+    return ObjectiveDeclaration(
+        statement=(
+            f"{declaration.statement}, reweighted: "
+            f"{reweighting.describe(config.advantage_options())}, which {NO_OBJECTIVE}"
+        ),
+        exact=False,
+    )
+
+
+def _two_phases(
+    plan: AllocatorPlan, first: ObjectiveDeclaration, then: ObjectiveDeclaration
+) -> ObjectiveDeclaration:
+    """Coverage first, accuracy after: the coverage phase's statement with its weights, then the
+    run's own (whose weights the declaration keeps). A first phase whose implied weight is the
+    same at every p trains p scaled, not coverage: said, with what to use instead."""
+    rollouts = plan.config.group.coverage_phase_rollouts
+    weights = ", ".join(f"{p}: {w:.3g}" for p, w in first.implied_weight.items())
+    text = f"{first.statement} [implied weight w by p: {weights}]" if weights else first.statement
+    values = np.array(list(first.implied_weight.values()))
+    if values.size and np.all(values > 0) and values.max() <= 1.05 * values.min():
+        text += (
+            "; its weight is FLAT in p: this phase trains p scaled, not a coverage objective "
+            "(e.g. under Seq-Balance(1, 1) the unbiased p̂ is 0, ½ or 1, and pass@k's correction "
+            "is 0 at 0 and 1): use allocator.group.coverage_objective=log (weight 1/p)"
+        )
+    return ObjectiveDeclaration(
+        statement=(
+            f"for its first {rollouts} training rollouts (to the end of the step that reaches "
+            f"them), {text}; after them, {then.statement}"
+        ),
+        exact=first.exact and then.exact,
+        implied_weight=dict(then.implied_weight),
+        gate=dict(then.gate),
+    )
 
 
 def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
