@@ -319,6 +319,8 @@ def run_evaluation(plan: EvaluationPlan, *, library_log: Path) -> tuple[EvalResu
         "temperature": config.eval.temperature,
         "max_new_tokens": config.eval.max_new_tokens,
         "evaluation": result.table(),
+        # pass@1 minus the best constant answer's, paired by prompt (None without one).
+        "lead_over_best_constant": result.lead_over_best_constant(),
         "level_names": level_names(config.task),  # the table's difficulty labels, named
         "per_prompt": [
             {"prompt_id": example.prompt_id, "level": level, "correct": correct}
@@ -413,9 +415,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"prompt at T={plan.config.eval.temperature:g}, eval.seed "
         f"{record['seeds']['eval']}, engine {record['engine']} ({record['wall_s']:.1f}s)\n"
         f"{format_table(record['evaluation'], record['level_names'])}\n"
+        f"{_constant_lines(record)}"
         f"  wrote {plan.out}"
     )
     return 0
+
+
+def _constant_lines(record: dict[str, Any]) -> str:
+    """The best constant answer and pass@1's paired lead over it, as the run's summary prints."""
+    constant, lead = record["evaluation"].get("best_constant"), record["lead_over_best_constant"]
+    if constant is None:
+        return ""
+    text = f"  best constant answer {constant['answer']!r}: {100 * constant['accuracy']:.1f}%\n"
+    if lead is not None and lead["se"] > 0:
+        text += (
+            f"  pass@1 above it {100 * lead['lead']:+.1f} points, paired SE "
+            f"{100 * lead['se']:.1f} ({lead['lead'] / lead['se']:+.1f} SE over "
+            f"{lead['prompts']:.0f} prompts)\n"
+        )
+    return text
 
 
 def _is_input_error(error: Exception) -> bool:

@@ -24,6 +24,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from adarl.allocator.objective import declare_objective
 from adarl.config import AdarlConfig
 from adarl.export import resolved_config_yaml
 from adarl.rundir import RunDirInUseError, RunDirLock
@@ -38,6 +39,11 @@ def load_config(cfg: DictConfig) -> AdarlConfig:
     config = OmegaConf.to_object(cfg)
     assert isinstance(config, AdarlConfig)
     config.validate()
+    # What the run will print that it optimises, computed now: a configuration whose exact weight
+    # by p is another objective's is refused here, before anything starts.
+    declare_objective(
+        config.allocator.plan(), hint_schedule=config.hints.schedule, reward=config.dro.reward
+    )
     return config
 
 

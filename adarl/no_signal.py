@@ -50,7 +50,8 @@ def no_signal_message(
     lines.append("  what would help:")
     if builtin_model:
         lines += [
-            "    - a longer warm start: model.tiny.sft_steps, model.tiny.sft_max_minutes",
+            "    - a longer warm start: model.tiny.sft_max_minutes, model.tiny.sft_max_steps "
+            "(the built-in task's: model.tiny.sft_steps)",
             "    - a larger tiny model: model.tiny.hidden_size, model.tiny.num_hidden_layers",
         ]
     lines += [

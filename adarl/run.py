@@ -116,6 +116,13 @@ def _format_pass_at_k(summary: RunSummary) -> str:
         lines.append(
             f"    best constant answer {constant['answer']!r}: {100 * constant['accuracy']:.1f}%"
         )
+        lead = summary.lead_over_best_constant
+        if lead is not None and lead["se"] > 0:
+            lines.append(
+                f"    pass@1 above it {100 * lead['lead']:+.1f} points, paired SE "
+                f"{100 * lead['se']:.1f} ({lead['lead'] / lead['se']:+.1f} SE over "
+                f"{lead['prompts']:.0f} prompts)"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -34,6 +34,9 @@ class RunSummary:
     # Final minus base pass@1, paired by prompt, with its standard error: {"rise", "se",
     # "prompts"} (EvalResult.pass_at_1_rise_over); None without both evaluations.
     pass_at_1_rise: dict[str, float] | None = None
+    # Final pass@1 minus the best constant answer's, paired by prompt: {"lead", "se", "prompts"}
+    # (EvalResult.lead_over_best_constant); None without a constant answer or an evaluation.
+    lead_over_best_constant: dict[str, float] | None = None
     # The final policy as a Hugging Face model directory (RUN_DIR/model, adarl/export.py).
     model_dir: str | None = None
     # Why the run ended: "total_steps", "budget" (trainer.max_rollouts / max_sequence_tokens),

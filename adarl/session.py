@@ -214,7 +214,10 @@ class TrainingSession:
         if config.rollout.cross_step_allocation:  # steps t..t+k open at once
             kwargs["max_open_steps"] = config.rollout.max_off_policy_steps + 1
         self.objective = declare_objective(
-            allocator_plan, hint_schedule=config.hints.schedule, reward=config.dro.reward
+            allocator_plan,
+            hint_schedule=config.hints.schedule,
+            reward=config.dro.reward,
+            learner=config.learner,
         )
         log.info("%s", self.objective.console())
         if cluster.in_process or cluster.allocator_in_driver:
@@ -252,6 +255,7 @@ class TrainingSession:
             gpus_per_learner=cluster.gpus_per_learner,
             faults=faults,
             scheduling=scheduling("learner"),
+            rehearsal=config.allocator.rehearsal.enabled,  # its term needs the reference
         )
         self._closers.append(self.learners.shutdown)
         self.weight_sync = build_weight_sync(
@@ -417,6 +421,9 @@ class TrainingSession:
                 else last_eval.pass_at_1_rise_over(self.base_eval)
             ),
             final_evaluation=None if last_eval is None else last_eval.table(),
+            lead_over_best_constant=(
+                None if last_eval is None else last_eval.lead_over_best_constant()
+            ),
             model_dir=str(model_dir),
             stop_reason=stop_reason,
             stop_message=no_signal,

@@ -179,6 +179,9 @@ class Group:
     # How much each rollout of the group counts in the loss normalisers (TrainBatch.
     # sequence_weights): 1, or n/N when a whole pool of N trains as n sequences' worth.
     sequence_weight: float = 1.0
+    # A rehearsal row (DPH-RL, adarl/allocator/rehearsal.py): a stored correct sample of a
+    # prompt the policy already solved, trained only by the loss's forward-KL term (advantage 0).
+    rehearsal: bool = False
 
     def __post_init__(self) -> None:
         if len(self.rollouts) != len(self.advantages):
@@ -206,6 +209,9 @@ class TrainBatch:
     # [B] float, how much each sequence counts in the loss's whole-batch normalisers (token and
     # sequence counts; adarl.learner.batching.BatchCounts); None = 1 each.
     sequence_weights: torch.Tensor | None = None
+    # [B] bool, rehearsal rows (`Group.rehearsal`): only the forward-KL term trains them, with
+    # its own normalisers; None = no rehearsal row.
+    rehearsal: torch.Tensor | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -232,23 +238,27 @@ class TrainBatch:
             sequence_weights=(
                 None if self.sequence_weights is None else self.sequence_weights[index]
             ),
+            rehearsal=None if self.rehearsal is None else self.rehearsal[index],
         )
 
     @staticmethod
     def from_groups(groups: Sequence[Group], *, pad_token_id: int) -> TrainBatch:
-        """Collate kept groups: each rollout's sequence advantage is broadcast over its tokens."""
+        """Collate kept groups: each rollout's sequence advantage is broadcast over its tokens.
+        Rehearsal groups' rows are flagged (`TrainBatch.rehearsal`)."""
         rows: list[tuple[ScoredRollout, float, int]] = [
             (scored, adv, gi)
             for gi, group in enumerate(groups)
             for scored, adv in zip(group.rollouts, group.advantages, strict=True)
         ]
         weights = [groups[g].sequence_weight for _, _, g in rows]
+        rehearsal = [groups[g].rehearsal for _, _, g in rows]
         return TrainBatch.from_rollouts(
             [r for r, _, _ in rows],
             advantages=[a for _, a, _ in rows],
             prompt_index=[g for _, _, g in rows],
             pad_token_id=pad_token_id,
             sequence_weights=None if all(w == 1.0 for w in weights) else weights,
+            rehearsal=rehearsal if any(rehearsal) else None,
         )
 
     @staticmethod
@@ -259,6 +269,7 @@ class TrainBatch:
         prompt_index: Sequence[int],
         pad_token_id: int,
         sequence_weights: Sequence[float] | None = None,
+        rehearsal: Sequence[bool] | None = None,
     ) -> TrainBatch:
         import torch
 
@@ -295,6 +306,9 @@ class TrainBatch:
                 if sequence_weights is None
                 else torch.tensor(list(sequence_weights), dtype=torch.float32)
             ),
+            rehearsal=None
+            if rehearsal is None
+            else torch.tensor(list(rehearsal), dtype=torch.bool),
         )
 
 

@@ -5,6 +5,7 @@ before the learner and arrives as a per-token weight `A_t` and a response mask `
 (`adarl.types.TrainBatch`). This module turns them into a scalar loss:
 
     L = Agg_t[ w_t · ℓ^clip_t ]  +  β · Agg_t[ k(π_θ, π_ref)_t ]  -  η · Agg_t[ H(π_θ)_t ]
+        +  λ · Agg^R_t[ k3(log π_ref - log π_θ)_t ]
 
 * ℓ^clip_t — PPO's clipped surrogate on the token importance ratio ρ_t = π_θ(y_t)/π_old(y_t)
   (Schulman et al. 2017, arXiv:1707.06347), with separate low/high clip ranges ("clip-higher",
@@ -34,6 +35,17 @@ before the learner and arrives as a per-token weight `A_t` and a response mask `
 * H — the per-token entropy of π_θ's next-token distribution (computed by the caller from
   logits, with gradient when η ≠ 0).
 
+* Agg^R — DPH-RL's rehearsal term (arXiv 2509.07430; seamoke/DPH-RL
+  `dp_actor.py`, sft_loss_mode "forward"), on the rows flagged `rehearsal`: stored correct
+  samples y of prompts the policy already solved, not sampled from π_θ now. With
+  u_t = π_θ(y_t)/π_ref(y_t), the per-token k3(log π_ref - log π_θ) = u_t - 1 - log u_t is an
+  estimate of the forward KL(π_ref ‖ π_θ) on π_ref's samples (`rehearsal_kl`); its gradient is
+  (u_t - 1)·∇log π_θ(y_t): where the policy has lost probability of a rehearsed token (u < 1)
+  the term raises it. λ is the paper's η (0.01-0.05). The rehearsal rows take no part in the
+  other terms (their advantage is 0 and they are not π_θ's samples), and the term has its own
+  normalisers: Agg^R is `aggregate` over the rehearsal rows' tokens with the whole batch's
+  rehearsal counts, so it keeps the additivity over shards below.
+
 * SimKO (Peng et al. 2025, arXiv 2510.14807; CLR-Lab/SimKO `compute_policy_loss_simko`), with
   `simko_alpha` α > 0: on a response's high-entropy tokens (entropy above the q-quantile of its
   own response tokens' entropies), a positive-advantage token's ratio becomes
@@ -50,9 +62,10 @@ Every policy here (π_θ, μ, π_old, π_ref) is a distribution at the rollouts'
 temperature T, softmax(logits / T): the engines report log μ at T and the learner computes
 log π_θ, log π_ref and H at the same T (adarl/rollout/common.py, adarl/learner/logprobs.py).
 
-Aggregation (`Agg`) over the tokens where m_t = 1, with N_tok the number of response tokens and
-N_seq the number of sequences **in the whole training batch** (all data-parallel ranks, all
-micro-batches), and L_b the response length of sequence b:
+Aggregation (`Agg`) over the tokens where m_t = 1 (rehearsal rows excluded), with N_tok the
+number of response tokens and N_seq the number of sequences **in the whole training batch** (all
+data-parallel ranks, all micro-batches; for Agg^R, the rehearsal rows' counts), and L_b the
+response length of sequence b:
 
     token_mean:     Σ_b Σ_t m x / N_tok                 (DAPO; the Reinforce-Ada script)
     sequence_mean:  Σ_b (Σ_t m x / L_b) / N_seq         (GRPO, arXiv:2402.03300)
@@ -167,10 +180,19 @@ def policy_loss(
     simko_alpha: float = 0.0,
     simko_entropy_quantile: float = 0.8,
     simko_negative_scale: float = 1.1,
+    rehearsal: torch.Tensor | None = None,  # [B] bool: rows trained only by the rehearsal term
+    rehearsal_coef: float = 0.0,
+    sequence_weights: torch.Tensor | None = None,  # [B] what each row counts in the normalisers
+    global_num_rehearsal_tokens: float = 0.0,  # the rehearsal rows' response tokens, whole batch
+    global_num_rehearsal_sequences: float = 0.0,  # the rehearsal rows, whole batch
 ) -> PolicyLossOutput:
-    """L = Agg[w · ℓ^clip] + kl_coef · Agg[k] - entropy_coef · Agg[H]; see the module docstring.
+    """L = Agg[w · ℓ^clip] + kl_coef · Agg[k] - entropy_coef · Agg[H]
+    + rehearsal_coef · Agg^R[k3(log π_ref - log π_θ)]; see the module docstring.
 
-    Values outside `response_mask` are ignored (they may be anything finite or not).
+    Values outside `response_mask` are ignored (they may be anything finite or not). Rows flagged
+    in `rehearsal` count only in the rehearsal term (normalised by the rehearsal counts);
+    `global_num_tokens` and `global_num_sequences` count the other rows, and may be 0 when the
+    batch holds rehearsal rows only.
 
     Metrics (all additive shares, see `PolicyLossOutput`):
         train/loss, train/policy_loss; train/kl and train/kl_loss (with `ref_logprobs`);
@@ -180,7 +202,8 @@ def policy_loss(
         train/mismatch_kl (k3 estimate of KL(μ ‖ π_θ) per token: how far the engine's
         sampling distribution is from the learner's, staleness included),
         train/is_weight_mean and train/is_truncated_fraction (with `tis_cap`),
-        train/simko_token_fraction (tokens SimKO changes, with `simko_alpha`).
+        train/simko_token_fraction (tokens SimKO changes, with `simko_alpha`);
+        train/rehearsal_kl and train/rehearsal_loss (with rehearsal rows in the whole batch).
     """
     _check_inputs(
         logprobs=logprobs,
@@ -201,14 +224,35 @@ def policy_loss(
         top_logprobs=top_logprobs,
         is_top1=is_top1,
         simko_alpha=simko_alpha,
+        rehearsal=rehearsal,
+        rehearsal_coef=rehearsal_coef,
+        global_num_rehearsal_tokens=global_num_rehearsal_tokens,
+        global_num_rehearsal_sequences=global_num_rehearsal_sequences,
     )
     mask = response_mask.bool()
+    rehearsal_mask = None
+    if rehearsal is not None:
+        rehearsal_rows = rehearsal.to(mask.device, torch.bool).unsqueeze(1)  # [B, 1]
+        rehearsal_mask, mask = mask & rehearsal_rows, mask & ~rehearsal_rows
+    # A batch of rehearsal rows only has no other token: its terms are sums of zeros, each
+    # divided by 1 instead of 0 (checked in _check_inputs: some token is in the batch).
+    global_num_tokens = global_num_tokens if global_num_tokens > 0 else 1.0
+    global_num_sequences = global_num_sequences if global_num_sequences > 0 else 1.0
     zeros = torch.zeros_like(logprobs)
     advantages = torch.where(mask, advantages.to(logprobs.dtype), zeros)
+    # A row counts `sequence_weights[b]` in the normalisers (a whole pool of N trains as n
+    # sequences' worth): every per-token term but the policy's (whose advantages the group
+    # builder already scaled by it) is weighted the same, so a KL coefficient, an entropy bonus
+    # or a logged token mean means per token what it means with kept groups.
+    row_weight = (
+        torch.ones_like(logprobs[:, :1])
+        if sequence_weights is None
+        else sequence_weights.to(logprobs.device, logprobs.dtype).unsqueeze(1)
+    )  # [B, 1]
 
-    def agg(values: torch.Tensor) -> torch.Tensor:
+    def agg(values: torch.Tensor, *, weighted: bool = True) -> torch.Tensor:
         return aggregate(
-            values,
+            values * row_weight if weighted else values,
             mask,
             aggregation=aggregation,
             global_num_tokens=global_num_tokens,
@@ -216,7 +260,8 @@ def policy_loss(
         )
 
     def token_mean(values: torch.Tensor) -> float:
-        return float(torch.where(mask, values, zeros).sum().detach()) / global_num_tokens
+        weighted = torch.where(mask, values * row_weight, zeros)
+        return float(weighted.sum().detach()) / global_num_tokens
 
     old_logprobs = behaviour_logprobs if proximal_logprobs is None else proximal_logprobs
     log_ratio = torch.where(mask, logprobs - old_logprobs.to(logprobs.dtype), zeros)
@@ -251,7 +296,7 @@ def policy_loss(
         metrics["train/is_weight_mean"] = token_mean(is_weight)
         metrics["train/is_truncated_fraction"] = token_mean((raw_weight > tis_cap).float())
 
-    policy_term = agg(token_loss)
+    policy_term = agg(token_loss, weighted=False)
     loss = policy_term
     metrics["train/policy_loss"] = float(policy_term.detach())
     metrics["train/clip_fraction"] = token_mean(clip_active)
@@ -275,8 +320,32 @@ def policy_loss(
         loss = loss - entropy_coef * mean_entropy
         metrics["train/entropy"] = float(mean_entropy.detach())
         metrics["train/entropy_loss"] = -entropy_coef * float(mean_entropy.detach())
+    if rehearsal_mask is not None and global_num_rehearsal_tokens > 0:
+        assert ref_logprobs is not None  # checked in _check_inputs
+        rehearsal_kl = aggregate(
+            rehearsal_forward_kl(logprobs, ref_logprobs.to(logprobs.dtype)),
+            rehearsal_mask,
+            aggregation=aggregation,
+            global_num_tokens=global_num_rehearsal_tokens,
+            global_num_sequences=global_num_rehearsal_sequences,
+        )
+        loss = loss + rehearsal_coef * rehearsal_kl
+        metrics["train/rehearsal_kl"] = float(rehearsal_kl.detach())
+        metrics["train/rehearsal_loss"] = rehearsal_coef * float(rehearsal_kl.detach())
     metrics["train/loss"] = float(loss.detach())
     return PolicyLossOutput(loss=loss, metrics=metrics)
+
+
+def rehearsal_forward_kl(
+    logprobs: torch.Tensor,  # [B, T] log π_θ(y_t), with gradient
+    ref_logprobs: torch.Tensor,  # [B, T] log π_ref(y_t), no gradient
+) -> torch.Tensor:  # [B, T]
+    """Per token k3(log π_ref - log π_θ) = u - 1 - log u, u = π_θ(y_t)/π_ref(y_t): DPH-RL's
+    forward-KL term (arXiv 2509.07430; seamoke/DPH-RL `kl_penalty(logprob=π_ref's,
+    ref_logprob=π_θ's, "low_var_kl")`), an estimate of KL(π_ref ‖ π_θ) when y ~ π_ref. It is
+    `kl_estimate`'s k3 with the two policies swapped: ≥ 0, zero where u = 1, and its gradient
+    (u - 1)·∇log π_θ pulls a token's probability back towards π_ref's from either side."""
+    return kl_estimate(ref_logprobs, logprobs, estimator="k3")
 
 
 def high_entropy_tokens(
@@ -328,6 +397,10 @@ def _check_inputs(
     top_logprobs: torch.Tensor | None,
     is_top1: torch.Tensor | None,
     simko_alpha: float,
+    rehearsal: torch.Tensor | None,
+    rehearsal_coef: float,
+    global_num_rehearsal_tokens: float,
+    global_num_rehearsal_sequences: float,
 ) -> None:
     shape = logprobs.shape
     if logprobs.dim() != 2:
@@ -346,12 +419,43 @@ def _check_inputs(
                 f"{name} has shape {tuple(tensor.shape)} but logprobs has {tuple(shape)}; "
                 "every per-token input must be [B, T] on the same positions"
             )
-    if global_num_tokens <= 0 or global_num_sequences <= 0:
+    counts = (
+        global_num_tokens,
+        global_num_sequences,
+        global_num_rehearsal_tokens,
+        global_num_rehearsal_sequences,
+    )
+    if min(counts) < 0 or (
+        (global_num_tokens <= 0 or global_num_sequences <= 0)
+        and (global_num_rehearsal_tokens <= 0 or global_num_rehearsal_sequences <= 0)
+    ):
         raise ValueError(
             f"global_num_tokens ({global_num_tokens}) and global_num_sequences "
-            f"({global_num_sequences}) must be > 0: pass the whole batch's counts, which include "
-            "at least one response token"
+            f"({global_num_sequences}), or the rehearsal rows' counts "
+            f"({global_num_rehearsal_tokens}, {global_num_rehearsal_sequences}), must be > 0: "
+            "pass the whole batch's counts, which include at least one response token"
         )
+    if rehearsal is not None:
+        if tuple(rehearsal.shape) != (shape[0],):
+            raise ValueError(
+                f"rehearsal has shape {tuple(rehearsal.shape)}; it must be [B] = ({shape[0]},), "
+                "one flag per row"
+            )
+        if rehearsal_coef < 0:
+            raise ValueError(
+                f"rehearsal_coef must be >= 0 (DPH-RL's 0.01-0.05), got {rehearsal_coef}"
+            )
+        rehearsed = response_mask.bool() & rehearsal.to(response_mask.device, torch.bool)[:, None]
+        if bool(rehearsed.any()) and global_num_rehearsal_tokens <= 0:
+            raise ValueError(
+                "the shard has rehearsal tokens but global_num_rehearsal_tokens is 0: pass the "
+                "whole batch's rehearsal counts (BatchCounts.rehearsal_tokens)"
+            )
+        if ref_logprobs is None and bool(rehearsal.any()):
+            raise ValueError(
+                "rehearsal rows need ref_logprobs: their term is the forward KL to a frozen "
+                "reference (the base model)"
+            )
     if not 0.0 <= clip_low < 1.0 or clip_high < 0.0:
         raise ValueError(
             f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={clip_low}, "

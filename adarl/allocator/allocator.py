@@ -54,6 +54,7 @@ from adarl.allocator.metrics import step_metrics
 
 # CarriedGroup is also the name earlier checkpoints' carried groups unpickle by.
 from adarl.allocator.open_step import CarriedGroup, OpenRequest, OpenStep, no_open_step_state
+from adarl.allocator.rehearsal import RehearsalStore
 from adarl.allocator.samplers.base import (
     HintHost,
     PromptHistory,
@@ -93,6 +94,9 @@ class StepResult:
     carried_out: int  # surplus groups of this step kept for later steps
     budget_exhausted: bool
     metrics: dict[str, float] = field(default_factory=dict)
+    # Rehearsal rows to train with the groups (DPH-RL, adarl/allocator/rehearsal.py): stored
+    # samples of earlier steps, drawn no rollout now; empty without a rehearsal store.
+    rehearsal: tuple[Group, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,10 @@ class BudgetAllocator:
         hints: HintStage | None = None,
         prior_pool: str = "difficulty",
         max_open_steps: int = 1,
+        rehearsal: RehearsalStore | None = None,
     ) -> None:
+        """`rehearsal`: DPH-RL's store (adarl/allocator/rehearsal.py): its prompts draw no
+        rollout, and each finished step carries its rehearsal rows."""
         if prior_pool not in ("difficulty", "task"):
             raise ValueError(f"prior_pool must be 'difficulty' or 'task', got {prior_pool!r}")
         if max_carry_age_steps < 0:
@@ -164,6 +171,7 @@ class BudgetAllocator:
         self.positive_threshold = positive_threshold
         self.hints = hints
         self.prior_pool = prior_pool
+        self.rehearsal = rehearsal
         if hints is not None:
             host = _hint_host(capability(sampler, HintHost), sampler)
             hints.samples_per_condition = host.prompt_allowance()
@@ -218,6 +226,8 @@ class BudgetAllocator:
             sampler = copy.deepcopy(self._fresh_sampler)
         current = self._steps[step] = OpenStep.open(step, sampler)
         self._take_carried(current)
+        if self.rehearsal is not None:  # DPH-RL: rehearsed prompts draw no rollout
+            examples, _ = self.rehearsal.leave_out(examples, current.rehearsal_skipped)
         current.enter(examples)
         ids = [e.prompt_id for e in examples]
         if self.hints is not None:
@@ -238,6 +248,10 @@ class BudgetAllocator:
         fresh = [e for e in examples if e.prompt_id not in current.examples]
         fresh = list({e.prompt_id: e for e in fresh}.values())
         current.duplicates_skipped += len(examples) - len(fresh)
+        if self.rehearsal is not None:
+            fresh, rehearsed_new = self.rehearsal.leave_out(fresh, current.rehearsal_skipped)
+            if not fresh and rehearsed_new:
+                return []  # only rehearsed prompts: the source may have others; asked again
         current.enter(fresh)
         ids = [e.prompt_id for e in fresh]
         if self.hints is not None:
@@ -268,7 +282,11 @@ class BudgetAllocator:
         the statistics only: which prompts get hints is decided as without it."""
         if self.hints is None:
             return []
-        ids = [e.prompt_id for e in examples]
+        ids = [
+            e.prompt_id
+            for e in examples
+            if self.rehearsal is None or not self.rehearsal.holds(e.prompt_id)
+        ]
         history = self.stats.history(
             ids, step=step, pools={e.prompt_id: self._pool_key(e) for e in examples}
         )
@@ -494,6 +512,12 @@ class BudgetAllocator:
         self._rollouts_observed += sum(len(pool) for pool in current.pools.values())
         self._record_outcomes(current, verdicts)
         trained, carried_out = self._train_or_carry(current, kept, target)
+        rehearsal: list[Group] = []
+        if self.rehearsal is not None:  # unhinted pools may join the store; its rows train
+            unhinted = {
+                p: pool for p, pool in current.pools.items() if self._task_prompt_id(p) == p
+            }
+            rehearsal = self.rehearsal.observe_pools(unhinted).rows()
         sampler_metrics = current.sampler.metrics()
         # Prompts skipped before rollout were candidates, not prompts of the step (counted by the
         # sampler's sampling/skipped_prompts).
@@ -514,6 +538,8 @@ class BudgetAllocator:
         )
         if self.group_builder.coverage_phase is not None:  # 1: trained on the coverage phase
             metrics["signal/coverage_phase"] = float(coverage_phase)
+        if self.rehearsal is not None:
+            metrics.update(self.rehearsal.metrics(skipped=current.rehearsal_skipped))
         current.count_call(started)
         metrics["timing/allocator_compute_s"] = current.compute_s
         metrics["perf/allocator_calls"] = float(current.calls)
@@ -527,6 +553,7 @@ class BudgetAllocator:
             carried_out=carried_out,
             budget_exhausted=bool(sampler_metrics.get("sampling/budget_exhausted", 0.0)),
             metrics=metrics,
+            rehearsal=tuple(rehearsal),
         )
         self._warn(result)
         self._last_metrics = metrics
@@ -687,6 +714,7 @@ class BudgetAllocator:
             "step": self._oldest().state_dict() if self._steps else no_open_step_state(),
             "hints": self.hints.state_dict() if self.hints is not None else None,
             "rollouts_observed": self._rollouts_observed,
+            "rehearsal": None if self.rehearsal is None else self.rehearsal.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -698,13 +726,19 @@ class BudgetAllocator:
         self._rollouts_observed = int(state.get("rollouts_observed", 0))
         loaded = OpenStep.from_state(state["step"], self.sampler)
         self._steps = {} if loaded is None else {loaded.step: loaded}
-        if (state.get("hints") is None) != (self.hints is None):
-            raise ValueError(
-                "allocator state and this allocator disagree on hints (one has a hint stage, "
-                "the other not): resume with the run's own hints settings"
-            )
-        if self.hints is not None:
-            self.hints.load_state_dict(state["hints"])
+        # Each optional part must be on in both or off in both ("rehearsal" is absent from
+        # checkpoints written before the rehearsal store existed: it was off).
+        for key, part, setting in (
+            ("hints", self.hints, "hints"),
+            ("rehearsal", self.rehearsal, "allocator.rehearsal"),
+        ):
+            if (state.get(key) is None) != (part is None):
+                raise ValueError(
+                    f"allocator state and this allocator disagree on {key} (one has it, the "
+                    f"other not): resume with the run's own {setting} settings"
+                )
+            if part is not None:
+                part.load_state_dict(state[key])
 
     # -- internals ---------------------------------------------------------------------------
 

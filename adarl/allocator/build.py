@@ -9,6 +9,7 @@ from adarl.algo.advantages import POOL_ADVANTAGE, get_uniform_estimator
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.curation import HistorySkip
 from adarl.allocator.group_builder import CoveragePhase, GroupBuilder
+from adarl.allocator.rehearsal import RehearsalStore
 from adarl.allocator.samplers.base import Sampler
 from adarl.allocator.samplers.dynamic_filter import DynamicFilterSampler
 from adarl.allocator.samplers.estimation import AdaEstSampler, GvmSampler
@@ -186,6 +187,18 @@ def build_group_builder(plan: AllocatorPlan) -> GroupBuilder:
     )
 
 
+def build_rehearsal(config: AllocatorConfig) -> RehearsalStore | None:
+    """DPH-RL's rehearsal store (`allocator.rehearsal`); None when it is off."""
+    rehearsal = config.rehearsal
+    if not rehearsal.enabled:
+        return None
+    return RehearsalStore(
+        min_samples=rehearsal.min_samples,
+        rows_per_step=rehearsal.per_step,
+        positive_threshold=config.positive_threshold,
+    )
+
+
 def allocator_kwargs(plan: AllocatorPlan) -> dict[str, Any]:
     """`BudgetAllocator`'s keyword arguments for `plan`."""
     config = plan.config
@@ -205,6 +218,7 @@ def allocator_kwargs(plan: AllocatorPlan) -> dict[str, Any]:
         "seed": seed_or_default(config.seed),
         "max_carry_age_steps": config.dynamic_filter.max_carry_age_steps,
         "positive_threshold": config.positive_threshold,
+        "rehearsal": build_rehearsal(config),
     }
 
 

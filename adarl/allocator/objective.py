@@ -9,6 +9,10 @@ real draw law. Every run prints it at start and records it in `summary.json` and
 e.g. "this run optimises log p (weight 1/p), gated by 1 - (1 - p)^15 at cap 16". The words and
 closed forms come from the registries: each uniform estimator's `ImpliedObjective`
 (`adarl.algo.advantages`) and each objective's `text` (`adarl.algo.objectives`).
+
+The learner's own terms follow it, one line each (`declare_learner_terms`, from `LearnerConfig`):
+the KL anchor, SimKO, DPH-RL's rehearsal term, the entropy term and mini-batch updates, each
+saying what it adds to the declared objective or that it declares none.
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ from adarl.algo.advantages import (
 from adarl.algo.implied import implied_weight, log_gate, logit_gate
 from adarl.algo.objectives import get_objective
 from adarl.algo.reweighting import NO_OBJECTIVE, get_positive_reweighting
-from adarl.config.allocator import SEQUENTIAL_SAMPLERS, AllocatorConfig, AllocatorPlan
+from adarl.config.allocator import (
+    SEQUENTIAL_SAMPLERS,
+    AllocatorConfig,
+    AllocatorPlan,
+    RehearsalConfig,
+)
+from adarl.config.learner import LearnerConfig
 
 PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 
@@ -41,6 +51,7 @@ class ObjectiveDeclaration:
     # implied weight w(p) and, when an objective is declared, w(p)/f'(p) (the gate), by p
     implied_weight: dict[str, float] = field(default_factory=dict)
     gate: dict[str, float] = field(default_factory=dict)
+    learner_terms: tuple[str, ...] = ()  # the learner's own terms (`declare_learner_terms`)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,16 +59,18 @@ class ObjectiveDeclaration:
             "exact": self.exact,
             "implied_weight": dict(self.implied_weight),
             "gate": dict(self.gate),
+            "learner_terms": list(self.learner_terms),
         }
 
     def console(self) -> str:
         gates = ", ".join(f"{p}: {g:.3f}" for p, g in self.gate.items())
         weights = ", ".join(f"{p}: {w:.3g}" for p, w in self.implied_weight.items())
+        line = f"this run optimises {self.statement}"
         if gates:
-            return f"this run optimises {self.statement} [gate w/f' by p: {gates}]"
-        if weights:
-            return f"this run optimises {self.statement} [implied weight w by p: {weights}]"
-        return f"this run optimises {self.statement}"
+            line = f"{line} [gate w/f' by p: {gates}]"
+        elif weights:
+            line = f"{line} [implied weight w by p: {weights}]"
+        return "\n".join([line, *(f"  learner: {term}" for term in self.learner_terms)])
 
 
 def _uniform_estimator(config: AllocatorConfig) -> UniformEstimator | None:
@@ -76,7 +89,9 @@ def _uniform_statement(
     return estimator.implied.describe(spec), exact
 
 
-def _sequential_weights(plan: AllocatorPlan, p: np.ndarray) -> np.ndarray:
+def sequential_implied_weight(plan: AllocatorPlan, p: np.ndarray) -> np.ndarray:  # [P]
+    """The exact implied weight w(p) of a sequential sampler's pooled advantages (the weight the
+    run prints), under its real draw law (`adarl.algo.implied.implied_weight`)."""
     config = plan.config
     seq, group = config.sequential, config.group
     kwargs: dict[str, Any] = {"max_samples": plan.max_samples_per_prompt}
@@ -107,7 +122,11 @@ def _sequential_weights(plan: AllocatorPlan, p: np.ndarray) -> np.ndarray:
 
 
 def declare_objective(
-    plan: AllocatorPlan, *, hint_schedule: str = "off", reward: str = "verifier"
+    plan: AllocatorPlan,
+    *,
+    hint_schedule: str = "off",
+    reward: str = "verifier",
+    learner: LearnerConfig | None = None,
 ) -> ObjectiveDeclaration:
     """The objective `plan`'s config optimises (see the module docstring).
 
@@ -115,11 +134,12 @@ def declare_objective(
     (x, h) instead: the same f, of the pass rate p(x, h) of the condition trained, through
     π(· | x, h) (adarl/allocator/hint_stage.py). With DRO's R3 (`reward="r3"`) the groups'
     rewards are R3's real-valued ones, so p stands for the prompt's mean R3 reward, not its
-    verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact."""
+    verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact. With
+    `learner`, the learner's terms follow (`declare_learner_terms`)."""
     config = plan.config
     declaration = _declare_update(plan)
     if plan.coverage_phase is not None:
-        declaration = _two_phases(plan, _declare_update(plan.coverage_phase), declaration)
+        declaration = _two_phases(plan, _declare_coverage_phase(plan), declaration)
     statement, exact = declaration.statement, declaration.exact
     curated = _curation_clause(config)
     if curated:
@@ -133,7 +153,56 @@ def declare_objective(
             f"{statement}; per prompt at the condition trained: p(x) unhinted, p(x, h) after a "
             f"collapse ({hint_schedule} hints)"
         )
-    return dataclasses.replace(declaration, statement=statement, exact=exact)
+    terms = () if learner is None else declare_learner_terms(learner, rehearsal=config.rehearsal)
+    return dataclasses.replace(declaration, statement=statement, exact=exact, learner_terms=terms)
+
+
+def declare_learner_terms(
+    learner: LearnerConfig, *, rehearsal: RehearsalConfig | None = None
+) -> tuple[str, ...]:
+    """What the learner adds to the declared objective, one line per term that is on (none
+    for the plain clipped surrogate of one optimizer step per training step)."""
+    loss, terms = learner.loss, []
+    if loss.kl_coef > 0:
+        anchor = learner.reference_model or "the initial policy"
+        reset = learner.reference_reset_every_steps
+        terms.append(
+            f"KL anchor: minus {loss.kl_coef:g}·KL(π_θ ‖ π_ref) ({loss.kl_estimator} per token on "
+            f"the policy's samples), π_ref = {anchor}"
+            + (
+                f", reset to the current policy every {reset} training steps (ProRL)"
+                if reset
+                else ""
+            )
+        )
+    if loss.simko_alpha > 0:
+        terms.append(
+            f"SimKO (α = {loss.simko_alpha:g}, top-{loss.simko_top_k}, entropy quantile "
+            f"{loss.simko_entropy_quantile:g}, negative scale {loss.simko_negative_scale:g}): "
+            "declares no f(p) objective: moves probability to the top-K candidates of "
+            "high-entropy tokens of positive responses"
+        )
+    if rehearsal is not None and rehearsal.enabled:
+        terms.append(
+            f"DPH-RL rehearsal: minus {loss.rehearsal_coef:g}·KL(π_ref ‖ π_θ) (forward, k3 on "
+            f"{rehearsal.per_step} stored correct samples per step of the prompts whose first "
+            f"pool of ≥ {rehearsal.min_samples} samples was all correct; π_ref = "
+            f"{learner.reference_model or 'the base'}): declares no f(p) objective; those "
+            "prompts draw no rollout, so the objective above is over the other prompts"
+        )
+    if loss.entropy_coef != 0:
+        terms.append(
+            f"entropy term: plus {loss.entropy_coef:g}·H(π_θ) per token (an entropy bonus when "
+            "> 0): declares no f(p) objective"
+        )
+    mini, epochs = learner.mini_batches_per_step, learner.epochs_per_step
+    if mini > 1 or epochs > 1:
+        terms.append(
+            f"mini-batch updates ({mini} mini-batch{'es' if mini > 1 else ''} × {epochs} "
+            f"epoch{'s' if epochs > 1 else ''} per training step): first mini-batch: the declared "
+            "objective; later ones: clipped off-policy steps of it (docs/algorithms.md §14.1)"
+        )
+    return tuple(terms)
 
 
 def _declare_update(plan: AllocatorPlan) -> ObjectiveDeclaration:
@@ -155,6 +224,22 @@ def _declare_update(plan: AllocatorPlan) -> ObjectiveDeclaration:
     )
 
 
+def _declare_coverage_phase(plan: AllocatorPlan) -> ObjectiveDeclaration:
+    """The coverage phase's declaration; a refusal of its objective (e.g. one whose exact weight
+    under the run's draws is flat, `_refuse_a_different_objective`) names the phase's keys."""
+    assert plan.coverage_phase is not None
+    group = plan.config.group
+    try:
+        return _declare_update(plan.coverage_phase)
+    except ValueError as error:
+        raise ValueError(
+            f"the coverage phase (allocator.group.coverage_objective={group.coverage_objective!r}, "
+            f"coverage_advantage={group.coverage_advantage!r}; it trains them in place of "
+            f"allocator.group.objective and advantage): {error}. Under the default's draws use "
+            "allocator.group.coverage_objective=log (weight 1/p)"
+        ) from None
+
+
 def _two_phases(
     plan: AllocatorPlan, first: ObjectiveDeclaration, then: ObjectiveDeclaration
 ) -> ObjectiveDeclaration:
@@ -168,8 +253,8 @@ def _two_phases(
     if values.size and np.all(values > 0) and values.max() <= 1.05 * values.min():
         text += (
             "; its weight is FLAT in p: this phase trains p scaled, not a coverage objective "
-            "(e.g. under Seq-Balance(1, 1) the unbiased p̂ is 0, ½ or 1, and pass@k's correction "
-            "is 0 at 0 and 1): use allocator.group.coverage_objective=log (weight 1/p)"
+            "(choose one whose weight falls with p: allocator.group.coverage_advantage=pkpo on "
+            "uniform groups, allocator.group.coverage_objective=log on pooled advantages)"
         )
     return ObjectiveDeclaration(
         statement=(
@@ -189,7 +274,7 @@ def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
     group = config.group
     estimator = _uniform_estimator(config)
     if config.sampler in SEQUENTIAL_SAMPLERS and estimator is None:
-        weights = _sequential_weights(plan, p)
+        weights = sequential_implied_weight(plan, p)
         cap = plan.max_samples_per_prompt
         if group.correction == "selection":
             declared = get_objective(
@@ -197,6 +282,7 @@ def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
             )
             gate = weights / np.asarray(declared.w(p))
             name = declared.text
+            _refuse_a_different_objective(plan, name, labels, weights, np.asarray(declared.w(p)))
             if group.objective == "logit" and config.sampler == "seq_balance":
                 closed = logit_gate(p, max_samples=cap)
                 closed_text = f"1 - p^{cap} - (1 - p)^{cap}"
@@ -273,6 +359,53 @@ def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:
         )
     text = group.advantage if estimator is None else estimator.implied.describe(spec)
     return ObjectiveDeclaration(statement=f"{text} (sampler {config.sampler!r})", exact=False)
+
+
+# A gate removes weight (it is the chance that the cap leaves a kept group its signal): the exact
+# weight may exceed f'(p) by round-off only. A weight flat within FLAT across p where f' varies
+# more than 1.5-fold is the linear objective, whatever the declared name.
+GATE_TOLERANCE = 1e-6
+FLAT = 1.1
+
+
+def _refuse_a_different_objective(
+    plan: AllocatorPlan,
+    name: str,
+    labels: list[str],
+    weights: np.ndarray,  # [P] the exact implied weight by p
+    declared: np.ndarray,  # [P] f'(p)
+) -> None:
+    """Refuse a selection-corrected configuration whose exact weight by p is not the declared
+    objective's f'(p) times a gate: a gate only removes weight, so a weight above f' anywhere,
+    or a weight flat in p where f' is not (the linear objective under another name), prints one
+    objective and optimises another. E.g. pass@k's, arcsin's or power's correction after the
+    default's draw, whose unbiased pass-rate estimate takes only the values 0, ½ and 1 (flat),
+    and pass@k's after Seq-Balance(2, 2), whose nonlinear correction the estimate biases upward
+    at high p. Computed from the weights the run prints, for any objective, sampler and estimate."""
+    gate = weights / declared
+    flat = weights.max() <= FLAT * weights.min() and declared.max() > 1.5 * declared.min()
+    if not flat and gate.max() <= 1 + GATE_TOLERANCE:
+        return
+    config = plan.config
+    group = config.group
+    by_p = ", ".join(f"{x}: {w:.3g}" for x, w in zip(labels, weights, strict=True))
+    worst = labels[int(np.argmax(gate))]
+    shape = (
+        "flat in p: the linear objective p under another name"
+        if flat
+        else f"above {name}'s weight (at p = {worst}, {gate.max():.3g} times it), which a gate "
+        "cannot be"
+    )
+    raise ValueError(
+        f"allocator.group.objective={group.objective!r} is not what this configuration "
+        f"optimises: with allocator.sampler={config.sampler!r}, its draws (first "
+        f"{config.sequential.initial_samples or 'one round'}, cap {plan.max_samples_per_prompt}) "
+        f"and the {group.pass_rate_estimate!r} pass-rate estimate, the selection correction's "
+        f"exact weight by p is {{{by_p}}}: {shape}. Choose an objective whose correction holds "
+        "here (objective=logit reads no pass-rate estimate; objective=log is linear in it), "
+        "or, for pass@k, uniform groups with its unbiased estimator (allocator.sampler=uniform "
+        "allocator.group.advantage=pkpo)"
+    )
 
 
 def _curation_clause(config: AllocatorConfig) -> str:

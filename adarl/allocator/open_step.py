@@ -53,6 +53,7 @@ class OpenStep:
     carried_expired: int = 0
     requests: int = 0  # dispatched
     duplicates_skipped: int = 0  # refill prompts the step already had
+    rehearsal_skipped: list[str] = field(default_factory=list)  # rehearsed prompts left out
     # The open statistics request, the prompts it asks about, and the prompt id of each of its
     # rollouts in order (None: none open; `statistics_asked` keeps the last request's prompts).
     statistics_request: StatisticsRequest | None = None
@@ -125,6 +126,7 @@ class OpenStep:
             "carried_expired": self.carried_expired,
             "requests": self.requests,
             "duplicates_skipped": self.duplicates_skipped,
+            "rehearsal_skipped": list(self.rehearsal_skipped),
             "statistics": (
                 self.statistics_request,
                 list(self.statistics_asked),
@@ -150,6 +152,8 @@ class OpenStep:
             carried_expired=int(state["carried_expired"]),
             requests=int(state["requests"]),
             duplicates_skipped=int(state["duplicates_skipped"]),
+            # Absent from checkpoints written before the rehearsal store existed.
+            rehearsal_skipped=list(state.get("rehearsal_skipped", [])),
             statistics_request=request,
             statistics_asked=list(asked),
             statistics_prompts=None if prompts is None else list(prompts),
@@ -168,5 +172,6 @@ def no_open_step_state() -> dict[str, Any]:
         "carried_expired": 0,
         "requests": 0,
         "duplicates_skipped": 0,
+        "rehearsal_skipped": [],
         "statistics": (None, [], None),
     }

@@ -74,7 +74,7 @@ def measure(name: str, generator_config: dict, *, samples: int, seed: int) -> di
         "warm_start_steps": info["steps"],
         "warm_start_minutes": round(info["seconds"] / 60, 2),
         "warm_start_stopped_by": info["stopped_by"],
-        "probe_pass_rate": info["probe_pass_rate"],
+        "probe_pass_rate": info["held_aside_accuracy"],
         "base_pass1": sum(rates) / len(rates),
         "base_p0_share": sum(r == 0 for r in rates) / len(rates),
         "best_constant": constant.answer,

@@ -186,10 +186,33 @@ def check_cross_step_allocation(config: AdarlConfig) -> None:
         )
 
 
+def check_rehearsal(config: AdarlConfig) -> None:
+    """DPH-RL's rehearsal (`allocator.rehearsal`) trains its rows by the learners' forward-KL
+    term to the frozen base: the term must weigh something and its anchor must stay the base."""
+    if not config.allocator.rehearsal.enabled:
+        return
+    learner = config.learner
+    if learner.loss.rehearsal_coef <= 0:
+        raise ValueError(
+            f"allocator.rehearsal.enabled=true with learner.loss.rehearsal_coef="
+            f"{learner.loss.rehearsal_coef}: the rehearsal rows would train nothing; set "
+            "learner.loss.rehearsal_coef > 0 (DPH-RL's 0.01-0.05, default 0.02) or "
+            "allocator.rehearsal.enabled=false"
+        )
+    if learner.reference_reset_every_steps is not None:
+        raise ValueError(
+            f"allocator.rehearsal.enabled=true with learner.reference_reset_every_steps="
+            f"{learner.reference_reset_every_steps}: the reset moves the reference the rehearsal "
+            "term anchors to (the base) onto the policy; set "
+            "learner.reference_reset_every_steps=null or allocator.rehearsal.enabled=false"
+        )
+
+
 def validate_combinations(config: AdarlConfig) -> None:
     alloc = config.allocator
     lag = config.rollout.max_off_policy_steps
     loss = config.learner.loss
+    check_rehearsal(config)
     if lag and (loss.ratio_reference != "learner" or loss.tis_cap is None):
         raise ValueError(
             f"rollout.max_off_policy_steps={lag} trains on samples up to {lag} weight versions "

@@ -44,7 +44,8 @@
     seed: seeds requests and random downsampling (derived per step/prompt: no RNG state); None
         (default) = derived from the root `seed` (adarl/config/seeds.py).
     sequential: `SequentialConfig`; dynamic_filter: `DynamicFilterConfig`;
-    estimation: `EstimationConfig`; group: `GroupConfig`; curation: `CurationConfig`.
+    estimation: `EstimationConfig`; group: `GroupConfig`; curation: `CurationConfig`;
+    rehearsal: `RehearsalConfig`.
 
 `SequentialConfig` (seq_pos, seq_balance)
     k_pos, k_neg: positives and negatives the exit condition needs (seq_pos uses k_pos only).
@@ -132,6 +133,19 @@ stats.py)
         many steps); null = every outcome counts fully.
     max_prior_strength: the most pseudo-samples a pooled prior may weigh (a₀ + b₀).
     min_pool_weight: a pool's prior is used once its visits weigh this much (before: the task's).
+
+`RehearsalConfig` (DPH-RL, arXiv 2509.07430: adarl/allocator/rehearsal.py; docs/algorithms.md
+§14.2)
+    enabled: the one switch. A prompt whose first pool of the run holds at least `min_samples`
+        samples, all correct, joins the rehearsal store (D_pef) with the first correct sample of
+        that pool; drawn again, it is not sampled for RL (no rollout; counted:
+        sampling/rehearsal_skipped_prompts), and every step trains up to `per_step` stored
+        samples as rehearsal rows under the loss's forward-KL term to the learners' frozen
+        reference (`learner.loss.rehearsal_coef`, the paper's η; the reference is loaded for it).
+        No rollout is drawn for it: the samples are the run's own. false = off.
+    min_samples: the fewest samples an all-correct first pool needs (the paper's 8 of 8).
+    per_step: stored samples trained per step, cycling through the store in the order prompts
+        joined it.
 
 `GroupConfig`: adarl/config/group.py.
 """
@@ -365,6 +379,20 @@ class CurationConfig:
             )
 
 
+@dataclass
+class RehearsalConfig:
+    enabled: bool = False
+    min_samples: int = 8
+    per_step: int = 16
+
+    def validate(self) -> None:
+        if self.min_samples < 1 or self.per_step < 1:
+            raise ValueError(
+                f"allocator.rehearsal.min_samples={self.min_samples} and per_step="
+                f"{self.per_step} must be >= 1 (the paper's 8 of 8; e.g. 16 rows per step)"
+            )
+
+
 @dataclass(frozen=True)
 class AllocatorPlan:
     """A validated `AllocatorConfig` and the counts it resolves to (`AllocatorConfig.plan`)."""
@@ -397,6 +425,7 @@ class AllocatorConfig:
     estimation: EstimationConfig = field(default_factory=EstimationConfig)
     group: GroupConfig = field(default_factory=GroupConfig)
     curation: CurationConfig = field(default_factory=CurationConfig)
+    rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
     samples_per_prompt: int | None = None  # retired: validation names what replaced it
 
     def rollout_budget(self) -> int | None:
@@ -628,6 +657,7 @@ class AllocatorConfig:
         self.group.validate()
         self.validate_coverage()
         self.validate_coverage_phase()
+        self.validate_rehearsal()
 
     def validate_coverage_phase(self) -> None:
         """The coverage phase is a config of its own that must hold, and differ from the run's."""
@@ -663,6 +693,26 @@ class AllocatorConfig:
             phase.validate()
         except ValueError as error:
             raise ValueError(f"the coverage phase (allocator.group.coverage_*): {error}") from None
+
+    def validate_rehearsal(self) -> None:
+        """A rehearsal store that no first pool could ever join is refused: a sampler whose pools
+        hold fewer samples than `rehearsal.min_samples`."""
+        rehearsal = self.rehearsal
+        rehearsal.validate()
+        if not rehearsal.enabled:
+            return
+        largest, key = self.max_samples_per_prompt, "allocator.max_samples_per_prompt"
+        if self.sampler in ("uniform", "dynamic_filter"):
+            largest, key = self.uniform_samples_per_prompt, "allocator.uniform_samples_per_prompt"
+        elif self.sampler in SEQUENTIAL_SAMPLERS and self.sequential.mode == "rounds":
+            largest = self.sequential.round_repeat * self.sequential.max_rounds
+            key = "allocator.sequential.round_repeat × max_rounds"
+        if largest < rehearsal.min_samples:
+            raise ValueError(
+                f"allocator.rehearsal.min_samples={rehearsal.min_samples} but {key} = {largest} "
+                "caps every pool below it: no prompt could join the rehearsal store; lower "
+                f"allocator.rehearsal.min_samples to at most {largest} or draw more per prompt"
+            )
 
     def validate_coverage(self) -> None:
         """The coverage options' cross-checks (docs/algorithms.md "Coverage objectives")."""

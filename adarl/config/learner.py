@@ -40,11 +40,13 @@ learner's policy is softmax(logits / T) at the rollouts' `rollout.temperature` (
         falls from all its activations to its input, at about one extra forward of compute.
     seed: seed of each learner's torch RNG; None (default) = derived from the root `seed`.
     reference_model: a model directory for the frozen KL reference; None = the initial policy.
-        Loaded only when `loss.kl_coef` ≠ 0.
+        Loaded only when `loss.kl_coef` ≠ 0 or with rehearsal (`allocator.rehearsal.enabled`,
+        whose term anchors to it).
     reference_reset_every_steps: ProRL's reference reset (arXiv 2505.24864): every this many
         training steps the KL reference becomes a copy of the current policy (the optimizer's
-        moments are kept; ProRL also resets them). Needs `loss.kl_coef` > 0. None = never: the
-        KL anchors the policy to where training started. Checkpoints hold the moved reference.
+        moments are kept; ProRL also resets them). Needs `loss.kl_coef` > 0, and no rehearsal
+        (whose anchor is the base). None = never: the KL anchors the policy to where training
+        started. Checkpoints hold the moved reference.
     loss: the policy loss (`PolicyLossConfig`).
     weight_sync: how new weights reach the rollout engines (`WeightSyncConfig`).
 
@@ -71,6 +73,10 @@ defaults are the only ones)
         of its response's token entropies, 0.8), simko_negative_scale (the advantage of a
         negative response's high-entropy token is multiplied by this where the token is the
         policy's most likely one, 1.1). adarl/algo/loss.py `simko_ratio`; docs/algorithms.md §14.
+    rehearsal_coef: DPH-RL's η (arXiv 2509.07430; the paper's 0.01-0.05): weight of the
+        forward-KL term k3(log π_ref - log π_θ) on the rehearsal rows, normalised over their
+        own tokens (adarl/algo/loss.py `rehearsal_forward_kl`). Acts only with rehearsal rows
+        in the batch: `allocator.rehearsal.enabled` turns rehearsal on.
 
 `WeightSyncConfig`
     method: "object_store" (CPU path: full weights gathered once, shipped in buckets through
@@ -110,6 +116,7 @@ class PolicyLossConfig:
     simko_top_k: int = 3
     simko_entropy_quantile: float = 0.8
     simko_negative_scale: float = 1.1
+    rehearsal_coef: float = 0.02
 
     def validate(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -139,6 +146,11 @@ class PolicyLossConfig:
                 )
         if self.kl_coef < 0:
             raise ValueError(f"learner.loss.kl_coef={self.kl_coef} must be >= 0")
+        if self.rehearsal_coef < 0:
+            raise ValueError(
+                f"learner.loss.rehearsal_coef={self.rehearsal_coef} must be >= 0 (DPH-RL's η, "
+                "0.01-0.05)"
+            )
         if not 0.0 <= self.simko_alpha < 1.0:
             raise ValueError(
                 f"learner.loss.simko_alpha={self.simko_alpha} must be in [0, 1) (0 = off; the "

@@ -26,15 +26,21 @@ tiny model is always built and cached in float32.
         transformer shape; defaults give ≈0.42M parameters.
     max_position_embeddings: longest sequence (prompt + response) in tokens.
     init_seed: seed of the random initialisation.
-    sft_steps: optimiser steps of the supervised warm start on the task's train split (0: no
-        warm start, a random policy). The default is tuned so the base policy has a spread of
-        pass rates at temperature 1 (many prompts at p≈0 and p≈1 and a band between). On a task
-        other than the built-in (files, `datasets`, reasoning-gym) it is the most steps taken:
-        that warm start stops earlier, at `sft_stop_pass_rate` (adarl/models/task_warm_start.py).
-    sft_stop_pass_rate: tasks other than the built-in: the warm start stops at the first check
-        (every 25 steps) where training prompts held aside from it (128, never trained on) are
-        answered exactly by this share of their temperature-1 samples: a light warm start on any
-        task, whose base pass rate is about this, so RL has room and signal.
+    sft_steps: optimiser steps of the supervised warm start on the built-in task's train split
+        (0: no warm start, a random policy). The default is tuned so the base policy has a spread
+        of pass rates at temperature 1 (many prompts at p≈0 and p≈1 and a band between).
+    sft_max_steps, sft_max_minutes: tasks other than the built-in (files, `datasets`,
+        reasoning-gym): the warm start's budget, the most steps and the most minutes (0 steps: no
+        warm start). The minutes become a step budget through the measured cost of a step on the
+        task's prompt lengths (the same steps, and weights, on any machine: longer prompts, fewer
+        steps), and a machine slower than that is stopped by the wall clock. It stops earlier once
+        its policy is clearly above the answers' prior (adarl/models/task_warm_start.py).
+    sft_stop_lead, sft_stop_lead_se: tasks other than the built-in: the warm start stops at the
+        first check (every 25 steps) where training prompts held aside from it (128, never
+        trained on), sampled 4 times each at temperature 1, pass above both the best constant
+        answer and the guesser on the same prompts by at least `sft_stop_lead` (a share: 0.05
+        is 5 points) and `sft_stop_lead_se` paired standard errors: the task learned, not its
+        prior.
     sft_batch_size: (prompt, answer) pairs per warm-start step.
     sft_learning_rate: peak AdamW learning rate (built-in task: linear warm-up over 5% of steps,
         cosine decay; other tasks: warm-up over 20 steps, then constant, as they stop early).
@@ -85,7 +91,10 @@ class TinyModelConfig:
     sft_hinted_share: float = 0.25
     sft_seed: int = 0
     sft_num_threads: int = 1
-    sft_stop_pass_rate: float = 0.15
+    sft_max_steps: int = 10_000
+    sft_max_minutes: float = 4.0
+    sft_stop_lead: float = 0.05
+    sft_stop_lead_se: float = 3.0
 
     def validate(self) -> None:
         positive = (
@@ -111,8 +120,9 @@ class TinyModelConfig:
                 f"model.tiny.num_attention_heads ({self.num_attention_heads}) must be divisible "
                 f"by model.tiny.num_key_value_heads ({self.num_key_value_heads})"
             )
-        if self.sft_steps < 0:
-            raise ValueError(f"model.tiny.sft_steps must be >= 0, got {self.sft_steps}")
+        for key in ("sft_steps", "sft_max_steps"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"model.tiny.{key} must be >= 0, got {getattr(self, key)}")
         if self.sft_response not in SFT_RESPONSES:
             raise ValueError(
                 f"model.tiny.sft_response={self.sft_response!r} must be one of {SFT_RESPONSES}"
@@ -121,9 +131,14 @@ class TinyModelConfig:
             raise ValueError(
                 f"model.tiny.sft_hinted_share={self.sft_hinted_share} must be in [0, 1]"
             )
-        if not 0.0 < self.sft_stop_pass_rate <= 1.0:
+        if not self.sft_max_minutes > 0:
+            raise ValueError(f"model.tiny.sft_max_minutes must be > 0, got {self.sft_max_minutes}")
+        # A lead of 0 would stop a policy that writes the answers' prior.
+        if not 0.0 < self.sft_stop_lead <= 1.0:
+            raise ValueError(f"model.tiny.sft_stop_lead={self.sft_stop_lead} must be in (0, 1]")
+        if self.sft_stop_lead_se < 0:
             raise ValueError(
-                f"model.tiny.sft_stop_pass_rate={self.sft_stop_pass_rate} must be in (0, 1]"
+                f"model.tiny.sft_stop_lead_se must be >= 0, got {self.sft_stop_lead_se}"
             )
         if self.sft_learning_rate <= 0:
             raise ValueError(

@@ -40,7 +40,12 @@ from adarl.evaluation.passk import (
 )
 from adarl.reward.base import Verifier
 from adarl.rollout.codec import PromptCodec
-from adarl.tasks.baselines import ConstantAnswer, best_constant_answer
+from adarl.tasks.baselines import (
+    ConstantAnswer,
+    best_constant_answer,
+    constant_answer_rewards,
+    lead_over,
+)
 from adarl.types import (
     GenerationRequest,
     GenerationResult,
@@ -114,6 +119,7 @@ class EvalResult:
     # The training split's most common answer, always given, scored on these prompts by the
     # task's verifier (adarl/tasks/baselines.py): learning means beating it. None without one.
     best_constant: ConstantAnswer | None = None
+    constant_rewards: list[float] = field(default_factory=list)  # [P] its reward per prompt
 
     @property
     def ks(self) -> tuple[int, ...]:
@@ -200,6 +206,18 @@ class EvalResult:
         )
         return {"rise": rise, "se": se, "prompts": float(len(self.correct))}
 
+    def lead_over_best_constant(self) -> dict[str, float] | None:
+        """This evaluation's pass@1 minus the best constant answer's, paired by prompt
+        (`lead_over`): {"lead", "se", "prompts"}; a run has learned the task, not its answers'
+        prior, when the lead is large and many SE. None without a constant answer."""
+        if not self.constant_rewards or len(self.constant_rewards) != len(self.correct):
+            return None
+        lead = lead_over(
+            np.asarray(self.correct, dtype=np.float64) / self.samples_per_prompt,
+            self.constant_rewards,
+        )
+        return {"lead": lead.mean, "se": lead.se, "prompts": float(len(self.correct))}
+
     def metrics(self) -> dict[str, float]:
         out = {"eval/accuracy": self.accuracy, "eval/num_prompts": float(self.num_prompts)}
         out["eval/samples_per_prompt"] = float(self.samples_per_prompt)
@@ -259,11 +277,15 @@ class Evaluator:
     final_samples_per_prompt: int | None = None
     guess_rates: list[float] = field(init=False, default_factory=list)
     best_constant: ConstantAnswer | None = field(init=False, default=None)
+    constant_rewards: list[float] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.train_examples and self.examples and self.verifier is not None:
             self.best_constant = best_constant_answer(
                 self.train_examples, self.examples, self.verifier
+            )
+            self.constant_rewards = constant_answer_rewards(
+                self.best_constant.answer, self.examples, self.verifier
             )
         if self.train_examples and self.examples:
             self.guess_rates = [
@@ -345,6 +367,7 @@ class Evaluator:
             levels=levels,
             guess_rates=list(self.guess_rates),
             best_constant=self.best_constant,
+            constant_rewards=list(self.constant_rewards),
         )
 
     def _sample(

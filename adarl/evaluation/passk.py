@@ -8,19 +8,29 @@ in its numerically stable product form (openai/human-eval `evaluation.py`): 1 if
 1 − Π_{i = n−c+1..n} (1 − k/i). Averaged over prompts it estimates E_x[1 − (1 − p(x))^k] without
 bias. Coverage is the share of prompts with at least one correct sample, i.e. pass@n.
 
-The guesser (`guess_hit_rates`): a policy that answers a prompt by drawing, with replacement, one
-of the training split's reference answers of the prompt's difficulty level. Its hit probability on
-a held-out prompt is the share of those answers equal to the prompt's own, g; its pass@k is exactly
-1 − (1 − g)^k. On short answers (a digit, a small integer) many samples hit by chance, so a
-diffuse policy can look like one that covers: held-out coverage counts only above the guesser's.
+The guesser (`guess_hit_rates`, in adarl/tasks/baselines.py beside the best constant answer): a
+policy that answers a prompt by drawing, with replacement, one of the training split's reference
+answers of the prompt's difficulty level. Its hit probability on a held-out prompt is the share of
+those answers equal to the prompt's own, g; its pass@k is exactly 1 − (1 − g)^k. On short answers
+(a digit, a small integer) many samples hit by chance, so a diffuse policy can look like one that
+covers: held-out coverage counts only above the guesser's.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
+
+from adarl.tasks.baselines import guess_hit_rates
+
+__all__ = [
+    "guess_hit_rates",
+    "guess_pass_at_k",
+    "paired_pass_at_1_rise",
+    "pass_at_k",
+    "pass_at_k_ks",
+]
 
 
 def pass_at_k(
@@ -70,34 +80,6 @@ def guess_pass_at_k(
     if k < 1:
         raise ValueError(f"pass@k needs k >= 1 (got k={k})")
     return 1.0 - (1.0 - g) ** k
-
-
-def guess_hit_rates(
-    test_answers: Sequence[str],  # [P] held-out reference answers
-    test_levels: Sequence[str],  # [P] their difficulty labels
-    train_answers: Sequence[str],  # [T] training reference answers
-    train_levels: Sequence[str],  # [T] their difficulty labels
-) -> np.ndarray:  # [P] float64: the share of the level's training answers equal to each answer
-    """The guesser's hit probability per held-out prompt (module docstring).
-
-    Answers are compared as stripped strings: exact for exact-match verifiers, a lower bound for
-    verifiers that also accept other spellings. A level with no training answer (a held-out level
-    the training split lacks) falls back to the whole training split's answers.
-    """
-    if len(test_answers) != len(test_levels) or len(train_answers) != len(train_levels):
-        raise ValueError("answers and levels must have the same length")
-    if not train_answers:
-        raise ValueError("the guesser needs training answers: the training split is empty")
-    by_level: dict[str, Counter[str]] = defaultdict(Counter)
-    overall: Counter[str] = Counter()
-    for answer, level in zip(train_answers, train_levels, strict=True):
-        by_level[level][answer.strip()] += 1
-        overall[answer.strip()] += 1
-    rates = np.empty(len(test_answers), dtype=np.float64)
-    for index, (answer, level) in enumerate(zip(test_answers, test_levels, strict=True)):
-        pool = by_level.get(level) or overall
-        rates[index] = pool[answer.strip()] / sum(pool.values())
-    return rates
 
 
 def paired_pass_at_1_rise(

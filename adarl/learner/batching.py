@@ -25,27 +25,37 @@ class BatchCounts:
 
     `loss_tokens` / `loss_sequences` are the counts the loss divides by: each sequence counts
     `TrainBatch.sequence_weights[b]` (1 by default), so a whole pool of N samples can train as n
-    sequences' worth (adarl.allocator.group_builder).
+    sequences' worth (adarl.allocator.group_builder). Rehearsal rows (`TrainBatch.rehearsal`)
+    are counted apart, one each: the loss's rehearsal term is normalised by their counts, every
+    other term by the rest's.
     """
 
-    num_tokens: int  # response tokens
-    num_sequences: int  # sequences with at least one response token
-    loss_tokens: float  # Σ_b w_b · (response tokens of b)
-    loss_sequences: float  # Σ_b w_b over sequences with at least one response token
+    num_tokens: int  # response tokens (rehearsal rows' excluded)
+    num_sequences: int  # sequences with at least one response token (rehearsal rows excluded)
+    loss_tokens: float  # Σ_b w_b · (response tokens of b), rehearsal rows excluded
+    loss_sequences: float  # Σ_b w_b over sequences with at least one response token, the same
+    rehearsal_tokens: int = 0  # the rehearsal rows' response tokens
+    rehearsal_sequences: int = 0  # rehearsal rows with at least one response token
 
     @staticmethod
     def of(batch: TrainBatch) -> BatchCounts:
         response_lengths = batch.response_mask.sum(dim=1)
         has_response = response_lengths > 0
+        rehearsal = (
+            torch.zeros_like(has_response) if batch.rehearsal is None else batch.rehearsal.bool()
+        )
+        trained = has_response & ~rehearsal
         if batch.sequence_weights is None:
-            weights = has_response.float()
+            weights = trained.float()
         else:
-            weights = batch.sequence_weights.float() * has_response
+            weights = batch.sequence_weights.float() * trained
         return BatchCounts(
-            num_tokens=int(response_lengths.sum()),
-            num_sequences=int(has_response.sum()),
+            num_tokens=int(response_lengths[~rehearsal].sum()),
+            num_sequences=int(trained.sum()),
             loss_tokens=float((weights * response_lengths).sum()),
             loss_sequences=float(weights.sum()),
+            rehearsal_tokens=int(response_lengths[rehearsal].sum()),
+            rehearsal_sequences=int((has_response & rehearsal).sum()),
         )
 
 
@@ -57,6 +67,8 @@ class MiniBatchShard:
     num_micro_batches: int  # the same on every rank (the most any rank needs)
     global_num_tokens: float  # the mini-batch's loss normalisers (`BatchCounts`), all ranks
     global_num_sequences: float
+    global_num_rehearsal_tokens: float = 0.0  # the rehearsal term's normalisers, all ranks
+    global_num_rehearsal_sequences: float = 0.0
 
 
 def group_runs(batch: TrainBatch) -> list[range]:
@@ -86,17 +98,36 @@ def split_mini_batches(batch: TrainBatch, num_mini_batches: int) -> list[TrainBa
     trained. The cut depends only on a group's position, never on its outcomes or pool size
     (the allocator lays groups out in prompt order), so the first mini-batch is an unbiased
     sample of the step's prompts and its gradient estimates the declared objective's. With
-    fewer groups than M, each group is a mini-batch. M = 1 is the batch itself."""
+    fewer groups than M, each group is a mini-batch. M = 1 is the batch itself.
+
+    Rehearsal rows (`TrainBatch.rehearsal`) are not groups of the step: the groups are cut as
+    without them, and the rehearsal rows are dealt to the mini-batches in turn (row r to
+    mini-batch r mod M', M' the number of mini-batches), so every optimizer step rehearses when
+    there are enough rows and the first does whenever there is one."""
     if num_mini_batches < 1:
         raise ValueError(f"num_mini_batches must be >= 1, got {num_mini_batches}")
     if num_mini_batches == 1:
         return [batch]
+    rehearsal = [] if batch.rehearsal is None else batch.rehearsal.nonzero().flatten().tolist()
     runs = group_runs(batch)
+    if rehearsal:
+        rehearsed = set(rehearsal)
+        if any(len({row in rehearsed for row in run}) > 1 for run in runs):
+            raise ValueError(
+                "TrainBatch.rehearsal flags part of a group: a rehearsal row is a group of its "
+                "own (TrainBatch.from_groups lays rehearsal groups out so)"
+            )
+        runs = [run for run in runs if run.start not in rehearsed] or [range(0)]
     parts = min(num_mini_batches, len(runs))
     bounds = [len(runs) * k // parts for k in range(parts + 1)]
     return [
-        batch.select(torch.tensor([row for run in runs[lo:hi] for row in run], dtype=torch.long))
-        for lo, hi in itertools.pairwise(bounds)
+        batch.select(
+            torch.tensor(
+                [row for run in runs[lo:hi] for row in run] + rehearsal[part::parts],
+                dtype=torch.long,
+            )
+        )
+        for part, (lo, hi) in enumerate(itertools.pairwise(bounds))
     ]
 
 
@@ -108,7 +139,7 @@ def plan_mini_batch_shards(
     plans: list[list[MiniBatchShard]] = [[] for _ in range(world_size)]
     for mini in split_mini_batches(batch, num_mini_batches):
         counts = BatchCounts.of(mini)
-        if counts.num_tokens == 0:
+        if counts.num_tokens == 0 and counts.rehearsal_tokens == 0:
             continue  # groups without a response token: nothing to train, no step to take
         shards = shard_batch(mini, world_size)
         num_micro = max_micro_batches(shards, max_tokens)
@@ -119,6 +150,8 @@ def plan_mini_batch_shards(
                     num_micro_batches=num_micro,
                     global_num_tokens=counts.loss_tokens,
                     global_num_sequences=counts.loss_sequences,
+                    global_num_rehearsal_tokens=float(counts.rehearsal_tokens),
+                    global_num_rehearsal_sequences=float(counts.rehearsal_sequences),
                 )
             )
     return plans

@@ -24,13 +24,15 @@ def build_learner_group(
     gpus_per_learner: float = 0.0,
     faults: FaultsConfig | None = None,
     scheduling: Sequence[Any] | None = None,
+    rehearsal: bool = False,
 ) -> LearnerGroup:
     """Start `num_learners` learners on the policy at `model_path` (an HF model directory).
 
     `temperature`: the training rollouts' sampling temperature (`rollout.temperature`); the
     learners score softmax(logits / temperature), the distribution the engines sampled from.
     `faults`: the call time limit and the non-finite streak (defaults: `FaultsConfig()`);
-    `scheduling`: the resource plan's placement of each rank.
+    `scheduling`: the resource plan's placement of each rank. `rehearsal`: batches will hold
+    rehearsal rows (`allocator.rehearsal.enabled`): the frozen reference is loaded for them.
     """
     config.validate()
     faults = faults or FaultsConfig()
@@ -63,4 +65,5 @@ def build_learner_group(
         reference_model_path=config.reference_model,
         seed=seed_or_default(config.seed),
         device="cuda" if gpus_per_learner > 0 else "cpu",
+        rehearsal=rehearsal,
     )

@@ -143,7 +143,11 @@ class Learner:
         temperature: float = 1.0,
         logprob_chunk_tokens: int = 1024,
         activation_checkpointing: bool = False,
+        rehearsal: bool = False,
     ) -> None:
+        """`rehearsal`: batches will hold rehearsal rows (`allocator.rehearsal.enabled`), whose
+        forward-KL term needs the frozen reference model, which is then loaded even when
+        `loss.kl_coef` is 0."""
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
         if zero_stage not in (0, 1, 2, 3):
@@ -179,6 +183,7 @@ class Learner:
         self.temperature = temperature
         self.logprob_chunk_tokens = logprob_chunk_tokens
         self.activation_checkpointing = activation_checkpointing
+        self.rehearsal = rehearsal
         self._engine: Any = None
         self._reference: Any = None  # a plain module, or a DeepSpeed engine under ZeRO-3
         self._device = torch.device("cpu")
@@ -218,7 +223,7 @@ class Learner:
         self._weights = PolicyWeights(
             self.module, rank=self.rank, zero_stage=self.zero_stage, device=self._device
         )
-        if self.loss.kl_coef != 0.0:
+        if self.loss.kl_coef != 0.0 or self.rehearsal:
             self._reference = self._build_reference()
 
     def _deepspeed_config(self) -> dict[str, Any]:
@@ -472,6 +477,8 @@ class Learner:
                     micro,
                     global_num_tokens=mini.global_num_tokens,
                     global_num_sequences=mini.global_num_sequences,
+                    global_num_rehearsal_tokens=mini.global_num_rehearsal_tokens,
+                    global_num_rehearsal_sequences=mini.global_num_rehearsal_sequences,
                     proximal_logprobs=old,
                 )
                 if micro is not None:
@@ -499,13 +506,17 @@ class Learner:
         *,
         global_num_tokens: float,
         global_num_sequences: float,
+        global_num_rehearsal_tokens: float = 0.0,
+        global_num_rehearsal_sequences: float = 0.0,
         proximal_logprobs: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """Forward and backward of one micro-batch: its share of the mini-batch's loss gradient
         is added to the engine's gradients; returns its additive metric shares. `None` is an
         empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step.
         `proximal_logprobs`: π_old scored earlier; None with ratio_reference "learner" means
-        the current weights (the first and only optimizer step of a training step)."""
+        the current weights (the first and only optimizer step of a training step). Rehearsal
+        rows (`TrainBatch.rehearsal`) are trained by the loss's forward-KL term alone, against
+        the frozen reference."""
         engine = self.engine
         settings = self.loss
         forward = self._forward(
@@ -516,8 +527,20 @@ class Learner:
         )
         logprobs, entropy = forward.logprobs, forward.entropy
         if micro is None:
+            if self._reference is not None and self.zero_stage == 3:
+                # The partitioned reference gathers its parameters collectively in every
+                # forward: a rank without a micro-batch runs the same empty pass through it as
+                # the ranks that score theirs, or they would wait for it.
+                with torch.no_grad():
+                    self._forward(self._reference, None)
             engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
             return {}
+        if micro.rehearsal is not None and bool(micro.rehearsal.any()) and self._reference is None:
+            raise RuntimeError(
+                "the batch holds rehearsal rows but this learner has no reference model: build "
+                "it with rehearsal=True (build_learner_group(..., rehearsal=True), as the session "
+                "does for allocator.rehearsal.enabled=true)"
+            )
         ref_logprobs = None
         if self._reference is not None:
             with torch.no_grad():
@@ -551,6 +574,13 @@ class Learner:
             simko_alpha=settings.simko_alpha,
             simko_entropy_quantile=settings.simko_entropy_quantile,
             simko_negative_scale=settings.simko_negative_scale,
+            rehearsal=None if micro.rehearsal is None else micro.rehearsal.to(self._device),
+            sequence_weights=(
+                None if micro.sequence_weights is None else micro.sequence_weights.to(self._device)
+            ),
+            rehearsal_coef=settings.rehearsal_coef,
+            global_num_rehearsal_tokens=global_num_rehearsal_tokens,
+            global_num_rehearsal_sequences=global_num_rehearsal_sequences,
         )
         # DeepSpeed averages gradients over ranks; the shares must be summed instead.
         loss = out.loss * self.world_size

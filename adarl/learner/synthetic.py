@@ -8,6 +8,9 @@ padding, micro-batch packing and rank balancing are exercised.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 import torch
 
 from adarl.types import TrainBatch
@@ -72,14 +75,55 @@ def synthetic_train_batch(
     )
 
 
-def with_behaviour_logprobs(batch: TrainBatch, logprobs: torch.Tensor) -> TrainBatch:
-    """`batch` with its behaviour log-probs replaced (masked to the response)."""
+def concatenate(parts: Sequence[TrainBatch]) -> TrainBatch:
+    """The rows of `parts` in order as one right-padded batch (padding: 0, False). Each part's
+    prompt indices are shifted past the previous parts' so that its groups stay its own; an
+    optional field missing from some parts gets their neutral value (weight 1, no rehearsal),
+    and weight versions are kept only when every part has them."""
+    length = max(part.input_ids.shape[1] for part in parts)
+
+    def cat(name: str) -> torch.Tensor:
+        return torch.cat(
+            [
+                torch.nn.functional.pad(getattr(part, name), (0, length - part.input_ids.shape[1]))
+                for part in parts
+            ]
+        )
+
+    def rows(name: str, default: float | bool) -> torch.Tensor | None:
+        if all(getattr(part, name) is None for part in parts):
+            return None
+        return torch.cat(
+            [
+                torch.full((part.num_sequences,), default)
+                if getattr(part, name) is None
+                else getattr(part, name)
+                for part in parts
+            ]
+        )
+
+    offsets = [0]
+    for part in parts[:-1]:
+        offsets.append(offsets[-1] + int(part.prompt_index.max()) + 1)
+    versions = [part.weight_versions for part in parts if part.weight_versions is not None]
     return TrainBatch(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        response_mask=batch.response_mask,
-        behaviour_logprobs=torch.where(batch.response_mask, logprobs, 0.0),
-        advantages=batch.advantages,
-        prompt_index=batch.prompt_index,
-        weight_versions=batch.weight_versions,
+        input_ids=cat("input_ids"),
+        attention_mask=cat("attention_mask"),
+        response_mask=cat("response_mask"),
+        behaviour_logprobs=cat("behaviour_logprobs"),
+        advantages=cat("advantages"),
+        prompt_index=torch.cat(
+            [part.prompt_index + offset for part, offset in zip(parts, offsets, strict=True)]
+        ),
+        weight_versions=torch.cat(versions) if len(versions) == len(parts) else None,
+        sequence_weights=rows("sequence_weights", 1.0),
+        rehearsal=rows("rehearsal", False),
+    )
+
+
+def with_behaviour_logprobs(batch: TrainBatch, logprobs: torch.Tensor) -> TrainBatch:
+    """`batch` with its behaviour log-probs replaced (masked to the response); every other
+    field as it was."""
+    return dataclasses.replace(
+        batch, behaviour_logprobs=torch.where(batch.response_mask, logprobs, 0.0)
     )

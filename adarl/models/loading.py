@@ -22,6 +22,7 @@ import hashlib
 import inspect
 import json
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ def default_cache_dir() -> Path:
 
 # Settings of the task warm start (adarl/models/task_warm_start.py) that the built-in recipe does
 # not read: left out of its cache key, which stays what it always was.
-TASK_RECIPE_KEYS = ("sft_stop_pass_rate",)
+TASK_RECIPE_KEYS = ("sft_max_steps", "sft_max_minutes", "sft_stop_lead", "sft_stop_lead_se")
 
 
 def _arithmetic_split(arithmetic: ArithmeticConfig | None) -> dict[str, object]:
@@ -232,28 +233,46 @@ def resolve_model_path(
 
 
 def _build_task_model(tiny: TinyModelConfig, task: TaskConfig, root: Path, name: str) -> Path:
-    from adarl.models.task_warm_start import CHECK_EVERY_STEPS, warm_start_to_pass_rate
+    from adarl.models.task_warm_start import (
+        CHECK_EVERY_STEPS,
+        task_step_budget,
+        warm_start_until_above_prior,
+    )
 
     data, tokenizer = task_warm_start(tiny, task)
     built: list[TaskWarmStartStats] = []
 
     def train(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase) -> TaskWarmStartStats:
+        steps = task_step_budget(
+            model,
+            data,
+            max_steps=tiny.sft_max_steps,
+            max_minutes=tiny.sft_max_minutes,
+            batch_size=tiny.sft_batch_size,
+        )
         log.info(
             "warm-starting the tiny model on %s: %d training prompts, %d characters, at most %d "
-            "steps (model.tiny.sft_steps), until held-aside training prompts pass at %.0f%% "
-            "(model.tiny.sft_stop_pass_rate)",
+            "steps (model.tiny.sft_max_steps=%d, or what model.tiny.sft_max_minutes=%g buys on "
+            "these prompts), until held-aside training prompts pass clearly above the best "
+            "constant answer and the guesser (by %g points and %g SE: model.tiny.sft_stop_lead, "
+            "sft_stop_lead_se)",
             _task_label(task),
             len(data.pairs) + len(data.probe),
             len(data.characters),
-            tiny.sft_steps,
-            100 * tiny.sft_stop_pass_rate,
+            steps,
+            tiny.sft_max_steps,
+            tiny.sft_max_minutes,
+            100 * tiny.sft_stop_lead,
+            tiny.sft_stop_lead_se,
         )
-        stats = warm_start_to_pass_rate(
+        stats = warm_start_until_above_prior(
             model,
             tokenizer,
             data,
-            stop_pass_rate=tiny.sft_stop_pass_rate,
-            max_steps=tiny.sft_steps,
+            min_lead=tiny.sft_stop_lead,
+            min_lead_in_se=tiny.sft_stop_lead_se,
+            max_steps=steps,
+            max_minutes=tiny.sft_max_minutes,
             check_every_steps=CHECK_EVERY_STEPS,
             batch_size=tiny.sft_batch_size,
             learning_rate=tiny.sft_learning_rate,
@@ -273,16 +292,33 @@ def _build_task_model(tiny: TinyModelConfig, task: TaskConfig, root: Path, name:
     )
     for stats in built:
         log.info(
-            "warm start on %s: %d steps in %.1f minutes, held-aside training prompts pass at "
-            "%.1f%% (stopped by %s); cached in %s",
+            "warm start on %s: %d of %d steps in %.1f minutes (stopped by %s); held-aside "
+            "training prompts pass at %.1f%%, the best constant answer (%r) at %.1f%%, the "
+            "guesser at %.1f%%: %s; cached in %s",
             _task_label(task),
             stats.steps,
+            stats.step_budget,
             stats.minutes,
-            100 * stats.probe_pass_rate,
             stats.stopped_by,
+            100 * stats.held_aside_accuracy,
+            stats.best_constant_answer,
+            100 * stats.best_constant_accuracy,
+            100 * stats.guesser_accuracy,
+            "clearly above both"
+            if stats.above_prior
+            else f"not clearly above them (lead {100 * stats.lead_over_constant:+.1f} points, "
+            f"{_in_se(stats.lead_over_constant, stats.lead_over_constant_se)} SE over the "
+            f"constant; {100 * stats.lead_over_guesser:+.1f}, "
+            f"{_in_se(stats.lead_over_guesser, stats.lead_over_guesser_se)} SE over the guesser)",
             path,
         )
     return path
+
+
+def _in_se(lead: float, se: float) -> str:
+    if se > 0:
+        return f"{lead / se:+.1f}"
+    return "0" if lead == 0 else f"{math.copysign(math.inf, lead):+}"
 
 
 def _task_label(task: TaskConfig) -> str:

@@ -31,7 +31,9 @@ SETTINGS = {
     "adam_eps": 1e-3,
     "max_grad_norm": 1.0,
     "max_tokens_per_micro_batch": MAX_TOKENS,
-    "loss": PolicyLossConfig(aggregation="sequence_mean", dual_clip=3.0),
+    # The KL term: under ZeRO-3 the reference is partitioned too, and a rank with fewer
+    # micro-batches must run its empty passes through it as well (or the ranks deadlock).
+    "loss": PolicyLossConfig(aggregation="sequence_mean", dual_clip=3.0, kl_coef=0.1),
 }
 
 

@@ -25,6 +25,7 @@ MICRO = [
     "model.tiny.num_attention_heads=2",
     "model.tiny.num_key_value_heads=1",
     "model.tiny.sft_steps=10",
+    "model.tiny.sft_max_steps=10",
     "model.tiny.sft_batch_size=16",
     "allocator.prompts_per_step=8",
     "eval.num_prompts=8",

@@ -143,19 +143,17 @@ def test_three_steps_on_ray_with_vllm_and_deepspeed(
     assert (tmp_path / "checkpoints" / "step_000003" / "manifest.json").is_file()
 
 
-class _DrawRecorder:
-    """The driver's prompt source, recording each batch it hands out (prompt ids, in order)."""
+def _record_draws(source, draws: list[list[str]]) -> None:
+    """Make the driver's prompt source record each batch it hands out (prompt ids, in order).
+    The source is wrapped in place: the driver's parts, shared by its phases, hold it."""
+    next_batch = source.next_batch
 
-    def __init__(self, source, draws: list[list[str]]) -> None:
-        self.source, self.draws = source, draws
-
-    def next_batch(self, num_examples: int):
-        batch = self.source.next_batch(num_examples)
-        self.draws.append([e.prompt_id for e in batch])
+    def recorded(num_examples: int):
+        batch = next_batch(num_examples)
+        draws.append([e.prompt_id for e in batch])
         return batch
 
-    def __getattr__(self, name: str):
-        return getattr(self.source, name)
+    source.next_batch = recorded
 
 
 def _session_steps(
@@ -210,7 +208,7 @@ def _session_steps(
 
     with TrainingSession(config, run_dir=run_dir, on_step_end=record) as session:
         if draws is not None:
-            session.driver.prompts = _DrawRecorder(session.driver.prompts, draws)
+            _record_draws(session.driver.parts.prompts, draws)
         before = session.learners.get_weights()
         summary = session.train()
         after = session.learners.get_weights()

@@ -70,3 +70,28 @@ def test_group_rejects_mismatched_advantages() -> None:
             pool_positives=1,
             resolved=True,
         )
+
+
+def test_rehearsal_groups_are_flagged_rows_and_the_flag_survives_a_selection() -> None:
+    group = Group(
+        prompt_id="a",
+        rollouts=(_scored((5, 6), (7,), 1.0), _scored((5, 6), (8, 9), 0.0)),
+        advantages=(0.5, -0.5),
+        pool_size=2,
+        pool_positives=1,
+        resolved=True,
+    )
+    rehearsed = Group(
+        prompt_id="b",
+        rollouts=(_scored((4,), (1, 2, 3), 1.0),),
+        advantages=(0.0,),
+        pool_size=0,
+        pool_positives=0,
+        resolved=True,
+        rehearsal=True,
+    )
+    assert TrainBatch.from_groups([group], pad_token_id=0).rehearsal is None  # none: no field
+    batch = TrainBatch.from_groups([group, rehearsed], pad_token_id=0)
+    assert batch.rehearsal is not None
+    assert batch.rehearsal.tolist() == [False, False, True]
+    assert batch.select([2, 0]).rehearsal.tolist() == [True, False]

@@ -18,6 +18,7 @@ checked at 3 SE with fixed seeds.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -28,7 +29,7 @@ from adarl.algo.advantages import focal_grpo_weight, passk_training_weight
 from adarl.algo.curation import hit_utility, hit_utility_increment
 from adarl.algo.implied import log_gate
 from adarl.allocator import Sampler
-from adarl.allocator.objective import declare_objective
+from adarl.allocator.objective import declare_objective, sequential_implied_weight
 from adarl.allocator.samplers.knapsack import KnapsackSampler
 from adarl.bench.bandit import (
     RESPONSES,
@@ -93,26 +94,33 @@ def test_uniform_coverage_estimators_optimise_their_declared_weight(experiment: 
 
 
 @pytest.mark.slow
-def test_seq_balance_optimises_its_gated_pass_at_k_weight() -> None:
-    """ada_seq_balance with the declared objective pass@8 (selection correction, unbiased p̂, cap
-    16, streaming draws): the mean gradient is the implied weight the run declares, pass@8's
-    8(1-p)^7 times its gate (the bias of h(p̂) = 8p̂(1-p̂)^8 under the real draw law), which the
-    test also shows is not 1: pass@8's correction cannot be made exact by an unbiased p̂."""
-    config = _allocator(
-        "+experiment=ada_seq_balance",
-        "allocator.group.objective=pass_at_k",
-        "allocator.group.objective_k=8",
+def test_the_refused_pass_at_k_correction_optimises_the_weight_the_refusal_names() -> None:
+    """ada_seq_balance with objective pass@8 (selection correction, unbiased p̂, cap 16,
+    streaming draws) is refused at validation (issue 39: it would print pass@8 and optimise
+    another objective). The refusal's weight is the truth: built anyway, the real allocator,
+    sampler, group builder and reward pool give mean gradients of exactly the weight by p it
+    names (`sequential_implied_weight`), pass@8's 8(1-p)^7 times a factor that exceeds 1 at
+    high p, which no unbiased p̂ can remove (h(p̂) = 8p̂(1-p̂)^8 is not linear)."""
+    config = AllocatorConfig(
+        **{
+            **_allocator("+experiment=ada_seq_balance").__dict__,
+            "group": dataclasses.replace(
+                _allocator("+experiment=ada_seq_balance").group,
+                objective="pass_at_k",
+                objective_k=8,
+            ),
+        }
     )
-    declaration = declare_objective(config.plan())
-    assert not declaration.exact and declaration.statement.startswith("pass@8")
+    with pytest.raises(ValueError, match="pass_at_k' is not what this configuration optimises"):
+        declare_objective(config.plan())
     rates = (0.05, 0.2, 0.35)
+    weights = sequential_implied_weight(config.plan(), np.array(rates))
     checks = measure(
         config, pass_rates=rates, prompts_per_rate=64, steps=20, latency=LATENCY, seed=12
     )
-    declared = {p: declaration.implied_weight[f"{p:g}"] for p in rates}
-    _check_declared(checks, declared)
-    gates = [declaration.gate[f"{p:g}"] for p in rates]
-    assert gates[0] < 0.7 and gates[-1] > 1.5  # the gate is real, and the test would see it
+    _check_declared(checks, dict(zip(rates, map(float, weights), strict=True)))
+    factor = weights / (8 * (1 - np.array(rates)) ** 7)
+    assert factor[0] < 0.7 and factor[-1] > 1.5  # the factor is real, and the test would see it
     for check in checks:
         assert check.expected_samples is not None
         assert check.samples_drawn == pytest.approx(check.expected_samples, rel=0.03), check

@@ -15,6 +15,7 @@ from adarl.config.allocator import (
     AllocatorConfig,
     CurationConfig,
     GroupConfig,
+    RehearsalConfig,
     SequentialConfig,
 )
 
@@ -73,6 +74,15 @@ CONFIGS = {
             coverage_advantage="pkpo",
         ),
     ),
+    # DPH-RL's rehearsal store (issue 38): D_pef, the prompts it holds out of each step and the
+    # cycle of its rows, all of which must come back from the state.
+    "uniform_rehearsal": AllocatorConfig(
+        sampler="uniform",
+        uniform_samples_per_prompt=8,
+        prompts_per_step=18,
+        group=GroupConfig(group_size=None, advantage="grpo"),
+        rehearsal=RehearsalConfig(enabled=True, per_step=4),
+    ),
     "knapsack_rl": AllocatorConfig(
         sampler="knapsack",
         prompts_per_step=18,
@@ -128,6 +138,7 @@ def test_restored_allocator_continues_exactly(name: str, interrupt_at: tuple[int
     for (ref_requests, ref_result), (requests, result) in zip(reference, resumed, strict=True):
         assert requests == ref_requests
         assert result.groups == ref_result.groups
+        assert result.rehearsal == ref_result.rehearsal
         assert deterministic_metrics(result.metrics) == deterministic_metrics(ref_result.metrics)
 
 

@@ -65,13 +65,22 @@ def comparable(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _plain_reference_steps(
     model_dir: str, batches: list[TrainBatch], loss: PolicyLossConfig
 ) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """(pre-clip gradient norm per step, final weights) of the textbook implementation."""
+    """(pre-clip gradient norm per step, final weights) of the textbook implementation. Batches
+    with rehearsal rows get their term against a frozen copy of the initial policy."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    reference = None
+    if any(batch.rehearsal is not None for batch in batches):
+        reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=0.0)
     norms = []
     for batch in batches:
         counts = BatchCounts.of(batch)
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        ref_logprobs = None
+        if reference is not None:
+            with torch.no_grad():
+                ref = reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+            ref_logprobs = token_logprobs(ref.logits, batch.input_ids)
         out = policy_loss(
             logprobs=token_logprobs(logits, batch.input_ids),
             behaviour_logprobs=batch.behaviour_logprobs,
@@ -82,6 +91,11 @@ def _plain_reference_steps(
             aggregation=loss.aggregation,
             clip_low=loss.clip_low,
             clip_high=loss.clip_high,
+            ref_logprobs=ref_logprobs,
+            rehearsal=batch.rehearsal,
+            rehearsal_coef=loss.rehearsal_coef,
+            global_num_rehearsal_tokens=counts.rehearsal_tokens,
+            global_num_rehearsal_sequences=counts.rehearsal_sequences,
         )
         out.loss.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -9,12 +11,13 @@ from adarl.learner.batching import (
     BatchCounts,
     plan_micro_batches,
     plan_mini_batch_shards,
+    sequence_lengths,
     shard_batch,
     split_across_ranks,
     split_mini_batches,
     validate_train_batch,
 )
-from adarl.learner.synthetic import synthetic_train_batch
+from adarl.learner.synthetic import concatenate, synthetic_train_batch
 from adarl.types import TrainBatch
 from adarl.weight_transport import flatten_bucket, plan_buckets, unflatten_bucket
 
@@ -66,34 +69,18 @@ def _valid_batch() -> TrainBatch:
 
 def _batch_of_groups(sizes: list[int]) -> TrainBatch:
     """One group (prompt index g) of `sizes[g]` samples each, in order."""
-    parts = [
-        synthetic_train_batch(
-            num_prompts=1,
-            samples_per_prompt=n,
-            prompt_length=(3, 5),
-            response_length=(2, 6),
-            vocab_size=30,
-            seed=g,
-        )
-        for g, n in enumerate(sizes)
-    ]
-    length = max(p.input_ids.shape[1] for p in parts)
-
-    def cat(name: str) -> torch.Tensor:
-        return torch.cat(
-            [
-                torch.nn.functional.pad(getattr(p, name), (0, length - p.input_ids.shape[1]))
-                for p in parts
-            ]
-        )
-
-    return TrainBatch(
-        input_ids=cat("input_ids"),
-        attention_mask=cat("attention_mask"),
-        response_mask=cat("response_mask"),
-        behaviour_logprobs=cat("behaviour_logprobs"),
-        advantages=cat("advantages"),
-        prompt_index=torch.cat([torch.full((n,), g) for g, n in enumerate(sizes)]).long(),
+    return concatenate(
+        [
+            synthetic_train_batch(
+                num_prompts=1,
+                samples_per_prompt=n,
+                prompt_length=(3, 5),
+                response_length=(2, 6),
+                vocab_size=30,
+                seed=g,
+            )
+            for g, n in enumerate(sizes)
+        ]
     )
 
 
@@ -120,6 +107,61 @@ def test_mini_batches_hold_whole_groups_in_order_and_equal_numbers() -> None:
     interleaved = batch.select(torch.tensor([0, 3, 1, 2]))  # group 0, group 1, group 0 again
     with pytest.raises(ValueError, match="prompt_index is not contiguous"):
         split_mini_batches(interleaved, 2)
+
+
+def _with_rehearsal(batch: TrainBatch, rows: list[int]) -> TrainBatch:
+    flags = torch.zeros(batch.num_sequences, dtype=torch.bool)
+    flags[rows] = True
+    return dataclasses.replace(batch, rehearsal=flags)
+
+
+def test_rehearsal_rows_are_counted_apart_and_survive_every_cut() -> None:
+    # Groups of 3, 2 and 4 samples, then three rehearsal rows (rows 9, 10, 11), each a group of
+    # its own, as TrainBatch.from_groups lays them out.
+    plain = _batch_of_groups([3, 2, 4, 1, 1, 1])
+    batch = _with_rehearsal(plain, [9, 10, 11])
+    lengths = batch.response_mask.sum(dim=1)
+    counts = BatchCounts.of(batch)
+    assert counts.num_tokens == int(lengths[:9].sum())
+    assert counts.num_sequences == 9 and counts.loss_tokens == float(lengths[:9].sum())
+    assert counts.rehearsal_tokens == int(lengths[9:].sum()) and counts.rehearsal_sequences == 3
+
+    # Mini-batches: the groups are cut as without the rehearsal rows (⌊3k/2⌋ = 0, 1, 3: group 0
+    # | groups 1-2), and the rehearsal rows are dealt in turn: 9, 11 | 10.
+    minis = split_mini_batches(batch, 2)
+    for mini, rows in zip(minis, [[0, 1, 2, 9, 11], [3, 4, 5, 6, 7, 8, 10]], strict=True):
+        expected = batch.select(torch.tensor(rows))
+        assert torch.equal(mini.input_ids, expected.input_ids)
+        assert mini.rehearsal is not None and torch.equal(mini.rehearsal, expected.rehearsal)
+    without = split_mini_batches(plain.select(torch.arange(9)), 2)
+    for mini, rl in zip(minis, without, strict=True):
+        keep = ~mini.rehearsal
+        assert torch.equal(mini.select(keep.nonzero().flatten()).input_ids, rl.input_ids)
+    # Fewer rehearsal rows than mini-batches: the first optimizer step rehearses.
+    one = split_mini_batches(_with_rehearsal(plain.select(torch.arange(10)), [9]), 3)
+    assert [int(m.rehearsal.sum()) for m in one] == [1, 0, 0]
+
+    # Ranks and micro-batches: every cut keeps each row's flag, and the per-mini-batch counts
+    # every rank is given are the mini-batch's.
+    plans = plan_mini_batch_shards(batch, num_mini_batches=2, world_size=2, max_tokens=20)
+    for k, mini in enumerate(minis):
+        mini_counts = BatchCounts.of(mini)
+        shards = [plan[k] for plan in plans]
+        for shard in shards:
+            assert shard.global_num_rehearsal_tokens == mini_counts.rehearsal_tokens
+            assert shard.global_num_rehearsal_sequences == mini_counts.rehearsal_sequences
+            assert shard.global_num_tokens == mini_counts.loss_tokens
+        assert sum(int(s.shard.rehearsal.sum()) for s in shards) == int(mini.rehearsal.sum())
+        assert sum(BatchCounts.of(s.shard).rehearsal_tokens for s in shards) == (
+            mini_counts.rehearsal_tokens
+        )
+    for shard in shard_batch(batch, 3):
+        for rows in plan_micro_batches(sequence_lengths(shard), 12):
+            micro = shard.select(rows)
+            assert torch.equal(micro.rehearsal, micro.prompt_index >= 3)  # groups 3-5 rehearse
+
+    with pytest.raises(ValueError, match="flags part of a group"):
+        split_mini_batches(_with_rehearsal(plain, [0]), 2)
 
 
 def test_validation_names_the_broken_field() -> None:

@@ -25,7 +25,7 @@ from adarl.allocator.build import value_objective
 from adarl.allocator.objective import PASS_RATES, declare_objective
 from adarl.allocator.samplers.base import PromptHistory, PromptStatus
 from adarl.allocator.samplers.knapsack import KnapsackSampler
-from adarl.config.allocator import AllocatorConfig, CurationConfig, GroupConfig
+from adarl.config.allocator import AllocatorConfig, CurationConfig, GroupConfig, SequentialConfig
 from adarl.types import Completion, FinishReason, Rollout, ScoredRollout
 
 P = np.array(PASS_RATES)
@@ -127,29 +127,41 @@ def test_declarations_state_each_objective_exactly() -> None:
     assert not declare_objective(filtered.plan()).exact
 
 
-def test_seq_balance_declares_pass_at_k_with_its_gate() -> None:
+def test_a_correction_that_optimises_another_objective_is_refused() -> None:
     """Selection-corrected pass@8 with the unbiased p̂: h(p̂) = 8p̂(1-p̂)^8 is not linear, so the
-    run states its gate (implied/f') by p instead of claiming pass@8; log p stays exact."""
-    config = AllocatorConfig(
-        sampler="seq_balance",
-        max_samples_per_prompt=16,
-        group=GroupConfig(correction="selection", objective="pass_at_k", objective_k=8),
+    exact weight is pass@8's times a factor that exceeds 1 at high p (a gate cannot): refused,
+    naming the weight and what to use instead. After the default's draw (first 8, then
+    Seq-Balance(1, 1)) p̂ takes only 0, ½ and 1 and the weight is flat: the linear objective,
+    refused too. log p stays exact, logit and arcsin (whose weight is f' times a gate ≤ 1) pass."""
+
+    def config(objective: str, **sequential: int) -> AllocatorConfig:
+        return AllocatorConfig(
+            sampler="seq_balance",
+            max_samples_per_prompt=16,
+            sequential=SequentialConfig(**sequential),
+            group=GroupConfig(
+                correction="selection", objective=objective, objective_k=8, group_size=None
+            ),
+        )
+
+    with pytest.raises(ValueError) as refused:
+        declare_objective(config("pass_at_k").plan())
+    message = str(refused.value)
+    assert (
+        "allocator.group.objective='pass_at_k' is not what this configuration optimises" in message
     )
-    declaration = declare_objective(config.plan())
-    assert not declaration.exact
-    assert declaration.statement.startswith("pass@8: 1 - (1 - p)^8 (weight 8(1 - p)^7), times")
-    gate = np.array(list(declaration.gate.values()))
-    weights = np.array(list(declaration.implied_weight.values()))
-    np.testing.assert_allclose(gate, weights / (8 * (1 - P) ** 7))
-    assert gate[0] < 1.0 < gate[-1]  # biased both ways: down at p = 0.05, up at p = 0.9
-    log = AllocatorConfig(
-        sampler="seq_balance",
-        max_samples_per_prompt=16,
-        group=GroupConfig(correction="selection", objective="log"),
-    )
-    assert declare_objective(log.plan()).exact
+    assert "which a gate cannot be" in message and "allocator.group.advantage=pkpo" in message
+    default_draw = {"k_pos": 1, "k_neg": 1, "initial_samples": 8}
+    for objective in ("pass_at_k", "arcsin", "power"):
+        with pytest.raises(ValueError, match="flat in p: the linear objective p"):
+            declare_objective(config(objective, **default_draw).plan())
+    assert declare_objective(config("log").plan()).exact
+    for objective in ("logit", "arcsin"):
+        declare_objective(config(objective).plan())  # its weight is f' times a gate: declared
     np.testing.assert_allclose(
-        list(declare_objective(log.plan()).gate.values()), log_gate(P, max_samples=16), rtol=1e-9
+        list(declare_objective(config("log").plan()).gate.values()),
+        log_gate(P, max_samples=16),
+        rtol=1e-9,
     )
 
 

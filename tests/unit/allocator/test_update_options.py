@@ -272,16 +272,19 @@ def test_pass_at_k_is_flat_under_the_default_sampler_and_log_is_not() -> None:
     """Under Seq-Balance(1, 1) after a first draw of 8 the unbiased p̂ is 0, ½ or 1 (½ when the
     first two labels differ), and pass@8's correction h(p̂) = 8p̂(1 - p̂)^8 is 0 at 0 and 1: the
     exact implied weight is E[h(p̂)·1{both labels}]/(p(1 - p)) = 2p(1 - p)·h(½)/(p(1 - p)) =
-    2h(½) = 1/32 at every p. log p's correction h = 1 - p̂ is linear: its weight is 1/p gated by
-    1 - (1 - p)^15."""
-    flat = declare_objective(
-        _default(coverage_phase_rollouts=20_000, coverage_objective="pass_at_k").plan()
+    2h(½) = 1/32 at every p, so that phase is refused (issue 39.3's refusal), naming the phase's
+    keys. log p's correction h = 1 - p̂ is linear: its weight is 1/p gated by 1 - (1 - p)^15."""
+    flat = _default(coverage_phase_rollouts=20_000, coverage_objective="pass_at_k").plan()
+    with pytest.raises(ValueError) as refused:
+        declare_objective(flat)
+    message = str(refused.value)
+    assert message.startswith("the coverage phase (allocator.group.coverage_objective='pass_at_k'")
+    assert "0.05: 0.0312, 0.1: 0.0313" in message and "0.9: 0.0313" in message
+    assert "flat in p" in message and "coverage_objective=log" in message
+    linear = declare_objective(
+        _default(coverage_phase_rollouts=20_000, coverage_objective="linear").plan()
     )
-    assert "its weight is FLAT in p" in flat.statement
-    assert "coverage_objective=log" in flat.statement
-    assert not flat.exact
-    coverage = flat.statement.split("; after them, ")[0]
-    assert "0.05: 0.0312, 0.1: 0.0313" in coverage and "0.9: 0.0313" in coverage
+    assert "its weight is FLAT in p" in linear.statement.split("; after them, ")[0]
     log = declare_objective(
         _default(coverage_phase_rollouts=20_000, coverage_objective="log").plan()
     )

@@ -27,7 +27,7 @@ import pytest
 
 import adarl
 from adarl.config import AdarlConfig
-from adarl.config.allocator import AllocatorConfig, SequentialConfig
+from adarl.config.allocator import AllocatorConfig, RehearsalConfig, SequentialConfig
 
 PACKAGE = Path(adarl.__file__).resolve().parent
 CONFIG_DIR = PACKAGE / "config"
@@ -130,6 +130,11 @@ def _run_cheap_builders(tmp_path: Path) -> None:
                 coverage_objective="pass_at_k",
                 coverage_advantage="pool",
             ),
+        )
+    )
+    build_allocator(
+        dataclasses.replace(
+            config.allocator, rehearsal=RehearsalConfig(enabled=True, min_samples=8, per_step=4)
         )
     )
     build_allocator(

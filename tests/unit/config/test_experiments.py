@@ -136,11 +136,43 @@ def test_unknown_key_fails_at_composition() -> None:
             ],
             r"set hints=off.*turn dro.reward and dro.filter off",
         ),
+        # DPH-RL's rehearsal: its term must weigh something, anchored to the base, on pools
+        # that can reach its min_samples.
+        (
+            ["allocator.rehearsal.enabled=true", "learner.loss.rehearsal_coef=0"],
+            r"set learner.loss.rehearsal_coef > 0",
+        ),
+        (
+            [
+                "allocator.rehearsal.enabled=true",
+                "learner.loss.kl_coef=0.1",
+                "learner.reference_reset_every_steps=50",
+            ],
+            r"set learner.reference_reset_every_steps=null or allocator.rehearsal.enabled=false",
+        ),
+        (
+            ["allocator.rehearsal.enabled=true", "allocator.max_samples_per_prompt=6"],
+            r"lower allocator.rehearsal.min_samples to at most 6",
+        ),
+        (["allocator.rehearsal.per_step=0"], r"allocator.rehearsal.min_samples=8 and per_step=0"),
+        (["learner.loss.rehearsal_coef=-1"], r"rehearsal_coef=-1.0 must be >= 0"),
     ],
 )
 def test_invalid_combination_names_key_and_fix(overrides: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _compose("+experiment=ada_seq_balance", *overrides)
+
+
+def test_rehearsal_is_one_switch_on_any_experiment() -> None:
+    config = _compose("+experiment=ada_coverage", "allocator.rehearsal.enabled=true")
+    assert config.learner.loss.rehearsal_coef == 0.02  # η has its default
+    with pytest.raises(ValueError, match="uniform_samples_per_prompt = 4 caps every pool"):
+        _compose("+experiment=grpo", "allocator.rehearsal.enabled=true")
+    _compose(
+        "+experiment=grpo",
+        "allocator.rehearsal.enabled=true",
+        "allocator.uniform_samples_per_prompt=8",
+    )
 
 
 @pytest.mark.parametrize(

@@ -331,3 +331,45 @@ def test_bad_inputs_name_the_fix() -> None:
         policy_loss(**{**base, "global_num_tokens": 0})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="aggregation must be one of"):
         policy_loss(**base, aggregation="mean")  # type: ignore[arg-type]
+
+
+def test_a_whole_pool_counts_per_token_as_a_kept_group() -> None:
+    """A pool trained whole with sequence weight n/N (adarl/allocator/group_builder.py: its
+    advantages scaled by n/N, its rows counting n/N in the normalisers) gives every term and
+    metric the value a kept group of the same rows does: here one row, and the same row twice at
+    weight ½ with half its advantage. Unweighted, the KL and the logged means of the pool would
+    count its tokens N/n times over (the KL anchor then acts ~mean(N)/n times harder)."""
+    generator = torch.Generator().manual_seed(3)
+    logprobs = -torch.rand(1, 5, generator=generator, dtype=torch.float64)
+    behaviour = logprobs - 0.1 * torch.rand(1, 5, generator=generator, dtype=torch.float64)
+    reference = logprobs - 0.3 * torch.rand(1, 5, generator=generator, dtype=torch.float64)
+    entropy = torch.rand(1, 5, generator=generator, dtype=torch.float64)
+    advantages = torch.full((1, 5), 0.7, dtype=torch.float64)
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    common = {"kl_coef": 0.1, "entropy_coef": 0.01, "aggregation": "token_mean"}
+    kept = policy_loss(
+        logprobs=logprobs,
+        behaviour_logprobs=behaviour,
+        advantages=advantages,
+        response_mask=mask,
+        global_num_tokens=5.0,
+        global_num_sequences=1.0,
+        ref_logprobs=reference,
+        entropy=entropy,
+        **common,
+    )
+    twice = policy_loss(
+        logprobs=logprobs.repeat(2, 1),
+        behaviour_logprobs=behaviour.repeat(2, 1),
+        advantages=0.5 * advantages.repeat(2, 1),
+        response_mask=mask.repeat(2, 1),
+        global_num_tokens=5.0,  # Σ_b w_b·L_b = 2 × ½ × 5
+        global_num_sequences=1.0,
+        ref_logprobs=reference.repeat(2, 1),
+        entropy=entropy.repeat(2, 1),
+        sequence_weights=torch.tensor([0.5, 0.5], dtype=torch.float64),
+        **common,
+    )
+    torch.testing.assert_close(twice.loss, kept.loss)
+    assert twice.metrics == pytest.approx(kept.metrics, rel=1e-12)
+    assert kept.metrics["train/ratio_mean"] != 1.0 and kept.metrics["train/kl"] > 0

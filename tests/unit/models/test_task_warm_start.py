@@ -1,10 +1,13 @@
 """The tiny model on a task other than the built-in: its vocabulary, its warm start (training
-split only, light, cached by the task's content) and the refusal of tasks that do not fit."""
+split only, stopped above the answers' prior or by its budget, recorded, cached by the task's
+content) and the refusal of tasks that do not fit."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import random
 from pathlib import Path
 
 import pytest
@@ -15,8 +18,14 @@ from adarl.config.model import TINY_ARITHMETIC, TinyModelConfig
 from adarl.config.tasks import ReasoningGymConfig, TaskConfig
 from adarl.models import loading, tiny
 from adarl.models.task_warm_start import (
+    STOPPED_ABOVE_PRIOR,
+    STOPPED_BY_MINUTES,
+    STOPPED_BY_STEPS,
+    TaskWarmStartData,
+    TaskWarmStartStats,
+    read_task_warm_start,
     task_warm_start_data,
-    warm_start_to_pass_rate,
+    warm_start_until_above_prior,
 )
 from adarl.models.tokenizer import build_char_tokenizer, build_task_char_tokenizer
 from adarl.types import TaskExample
@@ -29,6 +38,7 @@ MICRO = TinyModelConfig(
     num_key_value_heads=1,
     max_position_embeddings=64,
     sft_steps=3,
+    sft_max_steps=3,
     sft_batch_size=8,
 )
 
@@ -85,7 +95,7 @@ def test_the_cache_key_follows_the_tasks_data(tmp_path: Path, monkeypatch) -> No
     model = dataclasses.replace(AdarlConfig().model, cache_dir=str(tmp_path / "cache"), tiny=MICRO)
     first = loading.resolve_model_config(model, task=task)
     info = tiny.read_build_info(first)
-    assert info is not None and info["warm_start"]["stopped_by"] in ("pass_rate", "max_steps")
+    assert info is not None and info["warm_start"]["stopped_by"] in ("above_prior", "max_steps")
     assert info["data_fingerprint"].startswith("task:")
 
     def no_rebuild(*args, **kwargs):
@@ -104,15 +114,19 @@ def test_the_cache_key_follows_the_tasks_data(tmp_path: Path, monkeypatch) -> No
     trained["solution"] = "9"
     assert loading.resolve_model_config(model, task=_jsonl_task(tmp_path, rows)) != first
     # The built-in task keeps its recipe and key: no task, or the default arithmetic task, and
-    # the task warm start's own setting is not part of it.
+    # the task warm start's own settings are not part of it.
     builtin = loading.resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=MICRO)
     assert builtin == loading.resolve_model_path(
         TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=MICRO, task=TaskConfig()
     )
-    other = dataclasses.replace(MICRO, sft_stop_pass_rate=0.5)
+    other = dataclasses.replace(
+        MICRO, sft_max_steps=2, sft_max_minutes=1.0, sft_stop_lead=0.5, sft_stop_lead_se=1
+    )
     assert builtin == loading.resolve_model_path(
         TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=other, task=TaskConfig()
     )
+    # On a task they are: the stop rule and the budget shape its weights.
+    assert loading.resolve_model_config(dataclasses.replace(model, tiny=other), task=task) != first
     assert tiny.read_build_info(builtin)["data_fingerprint"].startswith("arithmetic:")
 
 
@@ -137,30 +151,131 @@ def test_a_task_that_does_not_fit_is_refused_with_sizes_and_keys(tmp_path: Path)
     assert loading.policy_tokenizer(config).unk_token == "<unk>"  # fits: the task's tokenizer
 
 
-def test_the_warm_start_stops_at_the_pass_rate() -> None:
+def _digit_task(answers: str) -> TaskWarmStartData:
+    """Prompts `<d><x>?` of a digit d and a letter x. `answers="copy"`: the answer is d (a task to
+    learn, whose answers are spread evenly, 10% each); `"prior"`: a random digit, '1' on 46% of
+    prompts (nothing to learn but the answers' prior: letter_counting's '1' is 37%)."""
+    rng = random.Random(0)
+
+    def answer(digit: int) -> str:
+        if answers == "copy":
+            return str(digit)
+        return "1" if rng.random() < 0.4 else str(rng.randrange(10))
+
+    letters = "abcdefghijklm"
     examples = [
-        TaskExample(prompt_id=f"q{i}", prompt=f"{i}?", answer="7", task="exact_match")
-        for i in range(64)
+        TaskExample(f"q{i}", f"{i % 10}{letters[i % 13]}?", answer(i % 10), task="exact_match")
+        for i in range(256)
     ]
-    data = task_warm_start_data(examples, probe_prompts=16)
+    return task_warm_start_data(examples, probe_prompts=64)
+
+
+def _warm_start(
+    data: TaskWarmStartData, *, max_steps: int, max_minutes: float = 10.0
+) -> TaskWarmStartStats:
     tokenizer = build_task_char_tokenizer(data.characters)
-    model = tiny.build_tiny_qwen2(MICRO, tokenizer)
-    stats = warm_start_to_pass_rate(
-        model,
+    return warm_start_until_above_prior(
+        tiny.build_tiny_qwen2(MICRO, tokenizer),
         tokenizer,
         data,
-        stop_pass_rate=0.5,
-        max_steps=300,
+        min_lead=0.05,
+        min_lead_in_se=3.0,
+        max_steps=max_steps,
+        max_minutes=max_minutes,
         check_every_steps=10,
         batch_size=16,
         learning_rate=1e-2,
         weight_decay=0.0,
         seed=0,
     )
-    # One constant answer is learnt in a few dozen steps: it stops there, not at max_steps.
-    assert stats.stopped_by == "pass_rate" and stats.steps < 300
-    assert stats.probe_pass_rate >= 0.5 > max(rate for _, rate in stats.checks[:-1] or [(0, 0)])
-    assert [step for step, _ in stats.checks] == list(range(10, stats.steps + 1, 10))
+
+
+def test_a_policy_that_learns_only_the_prior_does_not_stop_the_warm_start() -> None:
+    """The answers do not depend on the prompt. The policy learns their prior and passes a
+    quarter of the held-aside prompts (the old rule, 15%, stopped it at step 20), now and then
+    above the guesser (sampling '1' more often than the prior does), but never above the constant
+    answer '1', which passes more than half of them: it runs to its step budget."""
+    stats = _warm_start(_digit_task("prior"), max_steps=100)
+    assert stats.best_constant_answer == "1" and stats.best_constant_accuracy > 0.5
+    assert 0.2 < stats.guesser_accuracy < 0.3
+    assert max(check.accuracy for check in stats.checks) > 0.15  # it learned the prior
+    assert stats.stopped_by == STOPPED_BY_STEPS and stats.steps == 100 and not stats.above_prior
+    assert [check.step for check in stats.checks] == list(range(10, 101, 10))
+    assert all(check.lead_over_constant < -0.1 for check in stats.checks)
+
+
+def test_a_policy_that_learns_the_task_stops_the_warm_start() -> None:
+    """The answer is the prompt's first character: the constant answer and the guesser pass 10%,
+    a policy that copies it passes nearly all: it stops at the first check clearly above both."""
+    stats = _warm_start(_digit_task("copy"), max_steps=400)
+    assert stats.stopped_by == STOPPED_ABOVE_PRIOR and stats.above_prior and stats.steps < 400
+    assert stats.best_constant_accuracy < 0.2 and stats.guesser_accuracy < 0.2
+    last = stats.checks[-1]
+    assert last.step == stats.steps and last.accuracy == stats.held_aside_accuracy
+    for lead, se in (
+        (last.lead_over_constant, last.lead_over_constant_se),
+        (last.lead_over_guesser, last.lead_over_guesser_se),
+    ):
+        assert lead >= 0.05 and lead >= 3 * se
+    # Every check before it was not clear on one of the two.
+    for check in stats.checks[:-1]:
+        assert (
+            min(check.lead_over_constant, check.lead_over_guesser) < 0.05
+            or min(
+                check.lead_over_constant / check.lead_over_constant_se,
+                check.lead_over_guesser / check.lead_over_guesser_se,
+            )
+            < 3
+        )
+
+
+def test_the_warm_start_stops_when_its_minutes_run_out() -> None:
+    """A step budget it cannot reach in 2 seconds of wall clock: it stops on the clock, after a
+    last check, and says so."""
+    stats = _warm_start(_digit_task("prior"), max_steps=100_000, max_minutes=2 / 60)
+    assert stats.stopped_by == STOPPED_BY_MINUTES and 1 <= stats.steps < 100_000
+    assert stats.seconds >= 2.0 and stats.checks[-1].step == stats.steps
+    assert stats.minutes_budget == 2 / 60 and stats.step_budget == 100_000
+
+
+def test_a_split_too_small_to_probe_runs_to_its_budget() -> None:
+    """Three training prompts: one is held aside, and one prompt has no standard error, so the
+    rule cannot call the policy clearly above anything and the budget ends the warm start."""
+    examples = [TaskExample(f"q{i}", f"{i}?", str(i), task="exact_match") for i in range(3)]
+    stats = _warm_start(task_warm_start_data(examples), max_steps=10)
+    assert (stats.probe_prompts, stats.examples) == (1, 2)
+    assert stats.stopped_by == STOPPED_BY_STEPS and math.isnan(stats.lead_over_constant)
+
+
+def test_the_warm_start_is_recorded_with_the_built_model(tmp_path: Path) -> None:
+    """What a run reads before it spends its budget: the record in adarl_build.json, whole."""
+    task = _jsonl_task(tmp_path, _mod_rows(80))
+    model = dataclasses.replace(AdarlConfig().model, cache_dir=str(tmp_path / "cache"), tiny=MICRO)
+    path = loading.resolve_model_config(model, task=task)
+    record = read_task_warm_start(path)
+    assert record is not None
+    info = tiny.read_build_info(path)
+    assert info is not None and TaskWarmStartStats.from_record(info["warm_start"]) == record
+    assert record.steps == record.step_budget == MICRO.sft_max_steps  # 3: the budget binds
+    assert record.stopped_by == STOPPED_BY_STEPS and record.minutes_budget == MICRO.sft_max_minutes
+    assert record.probe_prompts == 30 and len(record.checks) == 1  # a check at the last step
+    data, _ = loading.task_warm_start(MICRO, task)
+    assert record.best_constant_answer == max(
+        sorted(set(data.pair_answers)), key=list(data.pair_answers).count
+    )
+    assert 0 <= record.best_constant_accuracy <= 1 and 0 <= record.guesser_accuracy <= 1
+    check = record.checks[-1]
+    assert (check.accuracy, check.lead_over_constant) == (
+        record.held_aside_accuracy,
+        record.lead_over_constant,
+    )
+    assert record.lead_over_constant == pytest.approx(
+        record.held_aside_accuracy - record.best_constant_accuracy
+    )
+    assert record.seconds > 0 and record.cpu_seconds > 0
+    # The built-in task's model has no task warm start record.
+    builtin = loading.resolve_model_path(TINY_ARITHMETIC, cache_dir=tmp_path / "b", tiny=MICRO)
+    assert read_task_warm_start(builtin) is None
 
 
 def test_the_builtin_vocabulary_is_untouched() -> None:

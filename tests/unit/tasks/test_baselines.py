@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from adarl.evaluation import EvalResult
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.reward.math_verifier import MathVerifier
-from adarl.tasks.baselines import ConstantAnswer, best_constant_answer
+from adarl.tasks.baselines import ConstantAnswer, best_constant_answer, constant_answer_rewards
 from adarl.types import TaskExample
 
 
@@ -53,3 +55,33 @@ def test_runs_report_a_constant_answer_except_for_programs() -> None:
 
     assert not constant_answer_applies("code")
     assert all(constant_answer_applies(n) for n in verifier_names() if n != "code")
+
+
+def test_an_evaluation_states_its_paired_lead_over_the_constant_answer() -> None:
+    """pass@1 minus the constant's reward, prompt by prompt: on 4 prompts the policy passes 6, 2,
+    8 and 0 of 8 samples where the constant answer scores 1, 0, 0, 0, so d = (-0.25, 0.25, 1, 0):
+    lead 0.25, SE sd(d)/2."""
+    result = EvalResult(
+        accuracy=0.5,
+        greedy_accuracy=None,
+        num_prompts=4,
+        samples_per_prompt=8,
+        completions=[],
+        correct=[6, 2, 8, 0],
+        best_constant=ConstantAnswer(answer="2", accuracy=0.25),
+        constant_rewards=[1.0, 0.0, 0.0, 0.0],
+    )
+    d = np.array([-0.25, 0.25, 1.0, 0.0])
+    lead = result.lead_over_best_constant()
+    assert lead == pytest.approx({"lead": 0.25, "se": d.std(ddof=1) / 2, "prompts": 4.0})
+    # It survives a checkpoint (EvalResult's state) and is absent without a constant answer.
+    assert EvalResult.from_state_dict(result.state_dict()).lead_over_best_constant() == lead
+    bare = EvalResult(0.5, None, 4, 8, [], correct=[6, 2, 8, 0])
+    assert bare.lead_over_best_constant() is None
+
+
+def test_the_constant_rewards_are_the_verifier_s_per_prompt() -> None:
+    train, test = _examples("221512", "t"), _examples("21232", "h")
+    rewards = constant_answer_rewards("2", test, ExactMatchVerifier())
+    assert rewards == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert sum(rewards) / len(rewards) == best_constant_answer(train, test, ExactMatchVerifier())[1]
