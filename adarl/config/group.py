@@ -69,7 +69,7 @@ it): which samples of a prompt's pool are trained and with what advantages.
         run's own. 0 (default) = no coverage phase. The run declares both phases.
     coverage_objective: the coverage phase's declared f (pooled advantages with correction
         "selection"; null = the run's objective). Under the default's Seq-Balance(1, 1) pass_at_k
-        is flat in p (docs/algorithms.md §14): use "log" there.
+        is flat in p and refused at start-up (docs/algorithms.md §14.6): use "log" there.
     coverage_advantage: the coverage phase's advantage (e.g. "pkpo" or "passk_training" before
         "grpo"; null = the run's advantage).
 """
