@@ -9,7 +9,10 @@ Modules, in the order a training step uses them:
 * `stopping`    Seq-Pos / Seq-Balance decisions on counts, with caps
 * `selection`   balanced downsampling, unresolved policies, correction modes
 * `advantages`  uniform-group advantages: GRPO, Dr. GRPO, RLOO, RAFT, REINFORCE, Ada-Est, Pass@k
-                Training, PKPO, F-GRPO's factor; the registry of them and their implied objectives
+                Training, PKPO, F-GRPO's factor, W-REINFORCE; the registry of them and their
+                implied objectives
+* `reweighting` likelihood-aware reweighting of a group's correct samples (UCPO, the unlikeliness
+                reward), after any estimator or before a real-valued one; its registry
 * `implied`     the weight w(p) any configuration optimises in expectation
 * `curation`    history as a Beta posterior, values of n samples (declared, Knapsack-RL, HORA's
                 hit utility), the knapsack split, GRESO's skip

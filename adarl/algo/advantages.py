@@ -7,7 +7,8 @@ gives the w(p) each one optimises; closed forms are quoted below.
 
 `UNIFORM_ESTIMATORS` maps each config name (`allocator.group.advantage`) to a `UniformEstimator`:
 a function of one `GroupInputs` record (what is known about the group: its rewards, its labels'
-threshold, the prompt's prior pass rate, the sampler's estimate, k, the run's options) declared
+threshold, the prompt's prior pass rate, the sampler's estimate, k, the samples' behaviour
+log-probs, the run's options) declared
 with `@uniform_estimator(...)` right below the equation it reads, with what the rest of adarl
 needs to know about it: whether F-GRPO's factor applies, the group size it needs, the objective
 it optimises (in words, with its closed-form weight where there is one) and whether it takes
@@ -15,7 +16,8 @@ real-valued rewards. Config validation, the group builder, `implied_weight` and 
 declaration read the registry, so adding an estimator is one function, its entry and its test
 (plus a field on `GroupInputs` when it needs an input no estimator read before). The pooled
 family (`POOL_ADVANTAGE`, Reinforce-Ada's pool baseline with its correction) is
-`adarl.algo.selection.downsample_and_correct`, not a uniform-group estimator.
+`adarl.algo.selection.downsample_and_correct`, not a uniform-group estimator. What may follow any
+of them, a likelihood-aware reweighting of the positives, is `adarl.algo.reweighting`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 from adarl.algo.objectives import check_objective_k
 
 GRPO_EPS = 1e-6  # verl `compute_grpo_outcome_advantage` default epsilon
+W_REINFORCE_LAMBDA = 0.1  # arXiv 2506.01347's λ (TianHongZXY/RLVR-Decomposed's examples)
 PASSK_TRAINING_EPS = 1e-6  # RUCAIBox/Passk_Training `code/passk_adv.py`: σ + 1e-6
 PKPO_BASELINES = ("loo_minus_one", "loo", "none")
 RAFT_NORMALIZATIONS = ("group", "positives", "estimate")
@@ -45,6 +48,10 @@ class AdvantageOptions:
     ada_est_eps: float = 1e-6  # ada_est: ε in (r - r̄)/√(r̄ + ε)
     grpo_eps: float = GRPO_EPS  # grpo: ε in (r - μ)/(σ + ε)
     focal_gamma: float = 0.0  # F-GRPO's γ on a group-relative estimator; 0 = off
+    w_reinforce_lambda: float = W_REINFORCE_LAMBDA  # w_reinforce: a positive's advantage λ
+    # the likelihood-aware reweightings of the positives (`adarl.algo.reweighting`)
+    ucpo_tau: float = 0.2  # ucpo: the share τ of the positive mass moved toward unlikely samples
+    unlikeliness_beta: float = 0.25  # unlikeliness: β in r(1 - β·rank/G)
 
 
 @dataclass(frozen=True)
@@ -59,10 +66,18 @@ class GroupInputs:
     sampler_estimate: float | None = None  # what the sampler allocated by (GVM's pilot p_i)
     true_pass_rate: float | None = None  # the true p: known only to analysis (implied_weight)
     pool_weight: int | None = None  # sequences a whole pool weighs in the loss (GVM-RAFT's n̄)
+    # [G] each sample's mean-token behaviour log-prob (the likelihood-aware reweightings, adarl.
+    # algo.reweighting); None where no response exists (implied_weight's enumeration)
+    mean_logprobs: np.ndarray | None = None
+    # [G] bool, the verifier's labels, set where `rewards` were reshaped (the unlikeliness reward
+    # lowers a correct sample's reward, never its label)
+    verifier_labels: np.ndarray | None = None
     options: AdvantageOptions = field(default_factory=AdvantageOptions)
 
     @property
     def labels(self) -> np.ndarray:  # [G] bool
+        if self.verifier_labels is not None:
+            return self.verifier_labels
         return _labels(self.rewards, self.positive_threshold)
 
 
@@ -115,9 +130,8 @@ class UniformEstimator:
                     f"focal_gamma={gamma} (F-GRPO) applies to the group-relative estimators "
                     f"{group_relative_estimators()}, not {self.name!r}"
                 )
-            advantages = advantages * focal_scale(
-                group.rewards, gamma=gamma, positive_threshold=group.positive_threshold
-            )
+            # the success rate of the verifier's labels, as 0/1 rewards (reshaped rewards keep them)
+            advantages = advantages * focal_scale(group.labels.astype(np.float64), gamma=gamma)
         return advantages
 
 
@@ -311,6 +325,49 @@ def rloo_advantages(rewards: np.ndarray) -> np.ndarray:
 )
 def _rloo(group: GroupInputs) -> np.ndarray:
     return rloo_advantages(group.rewards)
+
+
+def w_reinforce_advantages(
+    rewards: np.ndarray,  # [G] rewards of one group
+    *,
+    positive_weight: float = W_REINFORCE_LAMBDA,
+    positive_threshold: float = 0.5,
+) -> np.ndarray:  # [G] float64
+    """W-REINFORCE (Zhu et al. 2025, arXiv 2506.01347; TianHongZXY/RLVR-Decomposed
+    `compute_psr_nsr_outcome_advantage`, advantage="weighted"): A = λ on a correct sample,
+    -1 on a wrong one; no baseline, no std, so an all-wrong group still pushes its samples down
+    and an all-correct one still pulls them up (λ = `positive_weight`).
+
+    The reference multiplies a correct sample's return (1) by λ and subtracts 1 from a wrong
+    one's (0); with labels r > `positive_threshold` (the reference tests r == 1 and r == 0) this
+    is the same for 0/1 rewards. Implied weight, by (★): E[λ K(1-p) + (G-K)p]/(G p(1-p)) = 1 + λ,
+    the linear objective scaled (λ = 0: NSR, negatives only; λ = 1: REINFORCE with reward ±1).
+    """
+    if not (np.isfinite(positive_weight) and positive_weight >= 0):
+        raise ValueError(
+            f"W-REINFORCE's λ must be >= 0 (got {positive_weight}); the paper uses 0.1"
+        )
+    labels = _labels(_group(rewards), positive_threshold)
+    return np.where(labels, positive_weight, -1.0)
+
+
+@uniform_estimator(
+    "w_reinforce",
+    implied=ImpliedObjective(
+        lambda spec: (
+            f"p (weight 1 + λ = {1.0 + spec.options.w_reinforce_lambda:g}; W-REINFORCE: "
+            f"A = {spec.options.w_reinforce_lambda:g} on a correct sample, -1 on a wrong one)"
+        ),
+        _constant_weight(lambda spec: 1.0 + spec.options.w_reinforce_lambda),
+    ),
+    objective="linear",
+)
+def _w_reinforce(group: GroupInputs) -> np.ndarray:
+    return w_reinforce_advantages(
+        group.rewards,
+        positive_weight=group.options.w_reinforce_lambda,
+        positive_threshold=group.positive_threshold,
+    )
 
 
 def raft_advantages(

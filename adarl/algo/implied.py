@@ -27,6 +27,7 @@ registry entry, `adarl.algo.advantages`, which also declares its closed form). C
                                                 passk_training_weight`)
     grpo × (1 - K/n)^γ (F-GRPO)               w = E[(1-K/n)^γ K(n-K)/(n²(σ_K+ε))]/(p(1-p))
                                                 (`advantages.focal_grpo_weight`)
+    w_reinforce (λ on positives, -1 else)     w = 1 + λ                 (linear)
 
 With the pool estimate p̃ = N⁺/N there is no closed form; the numeric value is exact.
 """

@@ -177,6 +177,8 @@ class BudgetAllocator:
             hints.samples_per_condition = host.prompt_allowance()
         self._carry: list[CarriedGroup] = []
         self._last_metrics: dict[str, float] = {}
+        # rollouts in the pools of every finished step: the coverage phase's clock
+        self._rollouts_observed = 0
         self._steps: dict[int, OpenStep] = {}  # the open steps by number, oldest first
 
     # -- the step ----------------------------------------------------------------------------
@@ -504,7 +506,10 @@ class BudgetAllocator:
             )
         verdicts = {pid: current.sampler.verdict(pid) for pid in current.sampler.prompt_ids()}
         target = current.sampler.target_groups()
+        coverage_phase = self.group_builder.in_coverage_phase(self._rollouts_observed)
         kept = self._build_groups(current, verdicts, target)
+        # counted at a step's finish, in step order, so overlapping steps see the same clock
+        self._rollouts_observed += sum(len(pool) for pool in current.pools.values())
         self._record_outcomes(current, verdicts)
         trained, carried_out = self._train_or_carry(current, kept, target)
         rehearsal: list[Group] = []
@@ -531,6 +536,8 @@ class BudgetAllocator:
             sampler_metrics=sampler_metrics,
             engine_utilisation=engine_utilisation,
         )
+        if self.group_builder.coverage_phase is not None:  # 1: trained on the coverage phase
+            metrics["signal/coverage_phase"] = float(coverage_phase)
         if self.rehearsal is not None:
             metrics.update(self.rehearsal.metrics(skipped=current.rehearsal_skipped))
         current.count_call(started)
@@ -578,6 +585,7 @@ class BudgetAllocator:
                 prior_pass_rate=self.stats.pass_rate(pid),
                 law=current.sampler.sequential_law(),
                 estimate=current.hooks.pass_rate_estimate(pid),
+                rollouts_before=self._rollouts_observed,
             )
             if group is None:
                 continue
@@ -705,6 +713,7 @@ class BudgetAllocator:
             "last_metrics": dict(self._last_metrics),
             "step": self._oldest().state_dict() if self._steps else no_open_step_state(),
             "hints": self.hints.state_dict() if self.hints is not None else None,
+            "rollouts_observed": self._rollouts_observed,
             "rehearsal": None if self.rehearsal is None else self.rehearsal.state_dict(),
         }
 
@@ -713,6 +722,8 @@ class BudgetAllocator:
         self.stats.load_state_dict(state["stats"])
         self._carry = list(state["carry"])
         self._last_metrics = dict(state["last_metrics"])
+        # checkpoints from before the count hold none (no coverage phase could be on)
+        self._rollouts_observed = int(state.get("rollouts_observed", 0))
         loaded = OpenStep.from_state(state["step"], self.sampler)
         self._steps = {} if loaded is None else {loaded.step: loaded}
         # Each optional part must be on in both or off in both ("rehearsal" is absent from

@@ -8,7 +8,7 @@ from typing import Any
 from adarl.algo.advantages import POOL_ADVANTAGE, get_uniform_estimator
 from adarl.allocator.allocator import BudgetAllocator
 from adarl.allocator.curation import HistorySkip
-from adarl.allocator.group_builder import GroupBuilder
+from adarl.allocator.group_builder import CoveragePhase, GroupBuilder
 from adarl.allocator.rehearsal import RehearsalStore
 from adarl.allocator.samplers.base import Sampler
 from adarl.allocator.samplers.dynamic_filter import DynamicFilterSampler
@@ -151,9 +151,16 @@ def _build_sampler(plan: AllocatorPlan) -> Sampler:
 
 
 def build_group_builder(plan: AllocatorPlan) -> GroupBuilder:
+    """The plan's group builder; with a coverage phase, it holds the phase's own builder."""
     config = plan.config
     group = config.group
     options = config.advantage_options()
+    coverage = None
+    if plan.coverage_phase is not None:
+        coverage = CoveragePhase(
+            rollouts=group.coverage_phase_rollouts,
+            builder=build_group_builder(plan.coverage_phase),
+        )
     return GroupBuilder(
         group_size=group.group_size,
         advantage=group.advantage,
@@ -171,6 +178,11 @@ def build_group_builder(plan: AllocatorPlan) -> GroupBuilder:
         pass_rate_estimate=group.pass_rate_estimate,
         pool_weight=plan.pool_weight,
         ada_est_eps=options.ada_est_eps,
+        w_reinforce_lambda=options.w_reinforce_lambda,
+        positive_reweighting=group.positive_reweighting,
+        ucpo_tau=options.ucpo_tau,
+        unlikeliness_beta=options.unlikeliness_beta,
+        coverage_phase=coverage,
         seed=seed_or_default(config.seed),
     )
 

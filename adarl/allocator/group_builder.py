@@ -26,6 +26,15 @@ estimate that is exactly unbiased under the sampler's real draws (`adarl.algo.dr
 unbiased_pass_rate`, given the sampler's `SequentialLaw`), not the pool mean N⁺/N, which a stopping
 rule biases (`pass_rate_estimate="pool"`, the released code).
 
+Either family may be followed by a likelihood-aware reweighting of the positives
+(`positive_reweighting`, one of `adarl.algo.reweighting.POSITIVE_REWEIGHTINGS`), which reads the
+kept samples' behaviour log-probs: UCPO reshapes the advantages of any estimator, the unlikeliness
+reward the rewards a real-valued estimator reads.
+
+With a `CoveragePhase`, every step that starts before its number of training rollouts were
+observed (the allocator's count, `rollouts_before`) is built by the phase's own builder (a coverage
+objective or estimator), every later one by this one.
+
 Unresolved prompts follow `unresolved_policy` in both families (`selection.UnresolvedPolicy`).
 Random downsampling is seeded from (seed, step, prompt id): no RNG state to checkpoint, and a
 resumed run picks the same samples.
@@ -33,7 +42,9 @@ resumed run picks the same samples.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,6 +52,7 @@ from adarl.algo.advantages import (
     PKPO_BASELINES,
     POOL_ADVANTAGE,
     RAFT_NORMALIZATIONS,
+    W_REINFORCE_LAMBDA,
     AdvantageOptions,
     GroupInputs,
     get_uniform_estimator,
@@ -48,6 +60,7 @@ from adarl.algo.advantages import (
 )
 from adarl.algo.drawing import unbiased_pass_rate
 from adarl.algo.objectives import check_objective_k
+from adarl.algo.reweighting import REWEIGHTING_OFF, get_positive_reweighting
 from adarl.algo.selection import (
     Correction,
     DownsampleOrder,
@@ -58,6 +71,16 @@ from adarl.algo.selection import (
 )
 from adarl.allocator.samplers.base import SequentialLaw, derive_seed
 from adarl.types import Group, ScoredRollout
+
+
+@dataclass(frozen=True)
+class CoveragePhase:
+    """Coverage first, accuracy after: `builder` builds the groups of every step that starts
+    before `rollouts` training rollouts were observed (the allocator counts them), the run's own
+    builder every step after (docs/algorithms.md §14)."""
+
+    rollouts: int
+    builder: GroupBuilder
 
 
 class GroupBuilder:
@@ -82,6 +105,11 @@ class GroupBuilder:
         ada_est_eps: float = 0.05,
         pass_rate_estimate: str = "unbiased",
         pool_weight: int = 4,
+        w_reinforce_lambda: float = W_REINFORCE_LAMBDA,
+        positive_reweighting: str = REWEIGHTING_OFF,
+        ucpo_tau: float = 0.2,
+        unlikeliness_beta: float = 0.25,
+        coverage_phase: CoveragePhase | None = None,
         seed: int = 0,
     ) -> None:
         if group_size is not None and group_size < 1:
@@ -130,8 +158,25 @@ class GroupBuilder:
             pkpo_baseline=pkpo_baseline,
             ada_est_eps=ada_est_eps,
             focal_gamma=focal_gamma,
+            w_reinforce_lambda=w_reinforce_lambda,
+            ucpo_tau=ucpo_tau,
+            unlikeliness_beta=unlikeliness_beta,
         )
+        # None: the estimator's advantages as they are; else applied to each kept group
+        self.reweighting = get_positive_reweighting(positive_reweighting, advantage=advantage)
+        if coverage_phase is not None and coverage_phase.rollouts < 1:
+            raise ValueError(
+                f"coverage_phase.rollouts must be >= 1 (got {coverage_phase.rollouts}); pass "
+                "coverage_phase=None for none"
+            )
+        self.coverage_phase = coverage_phase
         self.seed = seed
+
+    def in_coverage_phase(self, rollouts_before: int) -> bool:
+        """Whether a step that starts after `rollouts_before` observed training rollouts trains
+        on the coverage phase's builder."""
+        phase = self.coverage_phase
+        return phase is not None and rollouts_before < phase.rollouts
 
     def build(
         self,
@@ -143,6 +188,7 @@ class GroupBuilder:
         prior_pass_rate: float,
         law: SequentialLaw | None = None,
         estimate: float | None = None,
+        rollouts_before: int = 0,
     ) -> Group | None:
         """The kept group of `pool` (in sampling order), or None when nothing is kept.
 
@@ -150,14 +196,27 @@ class GroupBuilder:
         by `reinforce_baseline`). `law`: how the sampler drew the pool (None: a size fixed
         before its labels were seen), which the unbiased pass-rate estimate conditions on.
         `estimate`: the pass rate the sampler allocated the pool by (GVM's pilot p_i; read by
-        `raft` with `raft_normalization="estimate"`).
+        `raft` with `raft_normalization="estimate"`). `rollouts_before`: the training rollouts
+        observed before this step (the coverage phase's clock).
         """
+        if self.in_coverage_phase(rollouts_before):
+            assert self.coverage_phase is not None
+            return self.coverage_phase.builder.build(
+                prompt_id=prompt_id,
+                pool=pool,
+                resolved=resolved,
+                step=step,
+                prior_pass_rate=prior_pass_rate,
+                law=law,
+                estimate=estimate,
+            )
         if not pool:
             return None
         rewards = np.array([s.reward for s in pool], dtype=np.float64)  # [N]
         pass_rate = self.pool_pass_rate(rewards, law)
         group_size = self.group_size if self.group_size is not None else len(pool)
         rng = np.random.default_rng(derive_seed(self.seed, step, prompt_id, "downsample"))
+        reweighting = self.reweighting
         if self.estimator is None:
             kept, advantages = downsample_and_correct(
                 rewards,
@@ -187,19 +246,21 @@ class GroupBuilder:
             if not resolved and self.unresolved_policy is UnresolvedPolicy.ZERO_ADVANTAGE:
                 advantages = np.zeros(kept.size)
             else:
-                advantages = self.estimator.advantages(
-                    GroupInputs(
-                        rewards=rewards[kept],
-                        k=self.objective_k,
-                        positive_threshold=self.positive_threshold,
-                        prior_pass_rate=prior_pass_rate,
-                        sampler_estimate=estimate,
-                        pool_weight=self.pool_weight,
-                        options=self.options,
+                inputs = self._inputs(pool, kept, rewards, prior_pass_rate, estimate)
+                if reweighting is not None and reweighting.stage == "rewards":
+                    inputs = dataclasses.replace(
+                        inputs,
+                        rewards=reweighting.apply(inputs, inputs.rewards),
+                        verifier_labels=inputs.labels,
                     )
-                )
+                    reweighting = None  # done: the estimator reads the reshaped rewards
+                advantages = self.estimator.advantages(inputs)
         if kept.size == 0:
             return None
+        if reweighting is not None:  # on the advantages, after whichever estimator ran
+            advantages = reweighting.apply(
+                self._inputs(pool, kept, rewards, prior_pass_rate, estimate), advantages
+            )
         weight = 1.0
         if self.estimator is None and self.group_size is None:
             # A whole pool of N trains as `pool_weight` sequences' worth, whatever N: its
@@ -219,6 +280,30 @@ class GroupBuilder:
             sequence_weight=weight,
         )
 
+    def _inputs(
+        self,
+        pool: Sequence[ScoredRollout],
+        kept: np.ndarray,
+        rewards: np.ndarray,
+        prior_pass_rate: float,
+        estimate: float | None,
+    ) -> GroupInputs:
+        """The kept group as the estimators and the reweightings read it (the behaviour
+        log-probs only where a reweighting reads them)."""
+        mean_logprobs = None
+        if self.reweighting is not None:
+            mean_logprobs = np.array([_mean_logprob(pool[int(i)]) for i in kept])
+        return GroupInputs(
+            rewards=rewards[kept],
+            k=self.objective_k,
+            positive_threshold=self.positive_threshold,
+            prior_pass_rate=prior_pass_rate,
+            sampler_estimate=estimate,
+            pool_weight=self.pool_weight,
+            mean_logprobs=mean_logprobs,
+            options=self.options,
+        )
+
     def pool_pass_rate(self, rewards: np.ndarray, law: SequentialLaw | None) -> float | None:
         """p̂ for "pool" advantages: the unbiased estimate under the sampler's draws, or None
         (the corrections then use the pool mean): with `pass_rate_estimate="pool"`, for pools of
@@ -229,3 +314,9 @@ class GroupBuilder:
             return None
         labels = positive_mask(rewards, positive_threshold=self.positive_threshold)
         return unbiased_pass_rate(list(labels), law.rule, round_size=law.round_size)
+
+
+def _mean_logprob(scored: ScoredRollout) -> float:
+    """The response's mean-token behaviour log-prob (0 for an empty response: probability 1)."""
+    logprobs = scored.rollout.completion.logprobs
+    return float(np.mean(logprobs)) if logprobs else 0.0

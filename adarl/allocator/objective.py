@@ -32,6 +32,7 @@ from adarl.algo.advantages import (
 )
 from adarl.algo.implied import implied_weight, log_gate, logit_gate
 from adarl.algo.objectives import get_objective
+from adarl.algo.reweighting import NO_OBJECTIVE, get_positive_reweighting
 from adarl.config.allocator import (
     SEQUENTIAL_SAMPLERS,
     AllocatorConfig,
@@ -136,7 +137,9 @@ def declare_objective(
     verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact. With
     `learner`, the learner's terms follow (`declare_learner_terms`)."""
     config = plan.config
-    declaration = _declare(plan)
+    declaration = _declare_update(plan)
+    if plan.coverage_phase is not None:
+        declaration = _two_phases(plan, _declare_coverage_phase(plan), declaration)
     statement, exact = declaration.statement, declaration.exact
     curated = _curation_clause(config)
     if curated:
@@ -200,6 +203,68 @@ def declare_learner_terms(
             "objective; later ones: clipped off-policy steps of it (docs/algorithms.md §14.1)"
         )
     return tuple(terms)
+
+
+def _declare_update(plan: AllocatorPlan) -> ObjectiveDeclaration:
+    """What one phase's group builder optimises: its estimator's objective, or, after a
+    likelihood-aware reweighting of the positives, that it declares none (and why)."""
+    config = plan.config
+    declaration = _declare(plan)
+    reweighting = get_positive_reweighting(
+        config.group.positive_reweighting, advantage=config.group.advantage
+    )
+    if reweighting is None:
+        return declaration
+    return ObjectiveDeclaration(
+        statement=(
+            f"{declaration.statement}, reweighted: "
+            f"{reweighting.describe(config.advantage_options())}, which {NO_OBJECTIVE}"
+        ),
+        exact=False,
+    )
+
+
+def _declare_coverage_phase(plan: AllocatorPlan) -> ObjectiveDeclaration:
+    """The coverage phase's declaration; a refusal of its objective (e.g. one whose exact weight
+    under the run's draws is flat, `_refuse_a_different_objective`) names the phase's keys."""
+    assert plan.coverage_phase is not None
+    group = plan.config.group
+    try:
+        return _declare_update(plan.coverage_phase)
+    except ValueError as error:
+        raise ValueError(
+            f"the coverage phase (allocator.group.coverage_objective={group.coverage_objective!r}, "
+            f"coverage_advantage={group.coverage_advantage!r}; it trains them in place of "
+            f"allocator.group.objective and advantage): {error}. Under the default's draws use "
+            "allocator.group.coverage_objective=log (weight 1/p)"
+        ) from None
+
+
+def _two_phases(
+    plan: AllocatorPlan, first: ObjectiveDeclaration, then: ObjectiveDeclaration
+) -> ObjectiveDeclaration:
+    """Coverage first, accuracy after: the coverage phase's statement with its weights, then the
+    run's own (whose weights the declaration keeps). A first phase whose implied weight is the
+    same at every p trains p scaled, not coverage: said, with what to use instead."""
+    rollouts = plan.config.group.coverage_phase_rollouts
+    weights = ", ".join(f"{p}: {w:.3g}" for p, w in first.implied_weight.items())
+    text = f"{first.statement} [implied weight w by p: {weights}]" if weights else first.statement
+    values = np.array(list(first.implied_weight.values()))
+    if values.size and np.all(values > 0) and values.max() <= 1.05 * values.min():
+        text += (
+            "; its weight is FLAT in p: this phase trains p scaled, not a coverage objective "
+            "(choose one whose weight falls with p: allocator.group.coverage_advantage=pkpo on "
+            "uniform groups, allocator.group.coverage_objective=log on pooled advantages)"
+        )
+    return ObjectiveDeclaration(
+        statement=(
+            f"for its first {rollouts} training rollouts (to the end of the step that reaches "
+            f"them), {text}; after them, {then.statement}"
+        ),
+        exact=first.exact and then.exact,
+        implied_weight=dict(then.implied_weight),
+        gate=dict(then.gate),
+    )
 
 
 def _declare(plan: AllocatorPlan) -> ObjectiveDeclaration:

@@ -9,6 +9,7 @@ Each area documents its fields once, in its own module's docstring:
 | `reward` | `RewardConfig` | adarl/config/reward.py |
 | `rollout` | `RolloutConfig` | adarl/config/rollout.py |
 | `allocator` | `AllocatorConfig` | adarl/config/allocator.py |
+| `allocator.group` | `GroupConfig` | adarl/config/group.py |
 | `dro` | `DroConfig` | adarl/config/dro.py |
 | `hints` | `HintsConfig` | adarl/config/hints.py |
 | `learner` | `LearnerConfig` | adarl/config/learner.py |
@@ -254,9 +255,14 @@ def validate_combinations(config: AdarlConfig) -> None:
             "(e.g. model=tiny_worked); R3 on worked solutions is not built: use the answer-only "
             "tiny model with dro"
         )
-    config.dro.validate_with(
-        sampler=alloc.sampler, advantage=alloc.group.advantage, task_source=config.task.source
-    )
+    advantages = [alloc.group.advantage]
+    coverage_phase = alloc.coverage_phase_config()
+    if coverage_phase is not None:  # it trains its own advantage (issue 38)
+        advantages.append(coverage_phase.group.advantage)
+    for advantage in advantages:
+        config.dro.validate_with(
+            sampler=alloc.sampler, advantage=advantage, task_source=config.task.source
+        )
     group = alloc.group
     if alloc.sampler == "seq_balance" and group.advantage == "pool" and group.group_size:
         if group.group_size % 2:

@@ -147,71 +147,16 @@ stats.py)
     per_step: stored samples trained per step, cycling through the store in the order prompts
         joined it.
 
-`GroupConfig` (`adarl.allocator.group_builder`)
-    group_size: responses trained on per prompt (n); None = the whole pool (nothing drawn is
-        discarded; with pooled advantages each prompt's pool weighs `pool_weight` sequences in
-        the loss, see `adarl.allocator.group_builder`).
-    pool_weight: the sequences a whole pool weighs in the loss (pooled advantages with
-        group_size null; GVM-RAFT's n̄); null = the sampler's planned draw per prompt:
-        uniform_samples_per_prompt, mean_samples_per_prompt, or the sequential first draw
-        (sequential.initial_samples, else k_pos + k_neg; rounds: round_repeat).
-    advantage: "pool" (Reinforce-Ada: pool baseline + `correction`) or the name of a
-        uniform-group estimator, one of `adarl.algo.advantages.UNIFORM_ESTIMATORS` (GRPO, Dr.
-        GRPO, RLOO, RAFT, REINFORCE with the prompt's prior as baseline, Ada-Est, Pass@k
-        Training's analytical advantages (arXiv 2508.10751) and PKPO's unbiased pass@k gradient
-        (arXiv 2505.15201), both with k = objective_k; docs/algorithms.md). Those that need
-        groups of at least k samples (the pass@k ones) need sizes fixed before their labels:
-        sampler uniform or dynamic_filter (uniform_samples_per_prompt >= k), or knapsack with
-        whole pools and curation.min_samples_per_prompt >= k.
-    correction: for "pool": "none" (A = r - p̃, the released script), "std", "selection",
-        "inverse_p", "inverse_sqrt_p" (`adarl.algo.selection.Correction`).
-    objective, objective_alpha: the declared f for "selection", one of
-        `adarl.algo.objectives.OBJECTIVES` ("linear", "log", "arcsin", "logit": log(p/(1-p)),
-        whose correction needs no pass-rate estimate (h = 1: A = ±n/n±), "power" with exponent
-        objective_alpha, "pass_at_k": 1 - (1-p)^k with k = objective_k); also the f of ada_est's
-        "variance_optimal" rule and of the declared knapsack value.
-    objective_k: k of pass@k, in samples (the attempts pass@k counts; integer >= 1, default 8):
-        the k of objective "pass_at_k" (weight k(1-p)^(k-1)) and of the advantages
-        "passk_training" and "pkpo".
-    focal_gamma: F-GRPO's exponent γ (arXiv 2602.06717): the group-relative advantages "grpo",
-        "dr_grpo" and "rloo" are multiplied by (1 - p̂)^γ, p̂ the group's success rate (its share
-        of positives); 0 (default) = off. Refused with other advantages and with the sequential
-        samplers (their pools stop on their labels).
-    pkpo_baseline: advantage "pkpo" only: "loo_minus_one" (the paper's s^(loo-1): only correct
-        samples are weighted, C(n-c, k-1)/C(n, k)·n; n >= k), "loo" (s^(loo): leave-one-out pass@k
-        baseline; n > k) or "none" (the raw effective rewards). All three are unbiased for
-        ∇pass@k.
-    unresolved_policy: prompts stopped without the exit condition: "keep_available" (train on
-        min(n, N) of them, the reference), "zero_advantage", "drop".
-    downsample_order: "random" or "earliest" (the reference).
-    raft_normalization: advantage "raft" only: "group" (A = 1 on positives, ĝ = (1/n)Σ_pos:
-        unbiased for ∇p, the linear objective p), "positives" (A = n/K on the K positives:
-        the SFT loss averaged over accepted samples, RAFT as usually run: log p gated by
-        1 - (1-p)^n; `adarl.algo.advantages.raft_advantages`), or "estimate" (GVM-RAFT:
-        A = n̄/(n_i p_i) on accepted samples, p_i the gvm sampler's pilot pass rate, n̄ =
-        pool_weight (null: mean_samples_per_prompt): log p when p_i = p).
-    clip_delta: pass rates in weights are clipped to [δ, 1-δ].
-    pass_rate_estimate: the pool pass rate p̂ that "pool" advantages use: "unbiased" (exactly
-        unbiased under the sampler's real draws, chunks and futility stop included:
-        `adarl.algo.drawing.unbiased_pass_rate`; for fixed-size pools the pool mean) or "pool"
-        (N⁺/N over the whole pool, biased under a stopping rule: the released code).
+`GroupConfig`: adarl/config/group.py.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field
 
-from adarl.algo.advantages import (
-    PKPO_BASELINES,
-    POOL_ADVANTAGE,
-    RAFT_NORMALIZATIONS,
-    AdvantageOptions,
-    advantage_names,
-    get_uniform_estimator,
-    group_relative_estimators,
-)
-from adarl.algo.objectives import OBJECTIVES
+from adarl.algo.advantages import POOL_ADVANTAGE, AdvantageOptions, get_uniform_estimator
+from adarl.config.group import GroupConfig
 
 SAMPLERS = ("uniform", "seq_pos", "seq_balance", "dynamic_filter", "ada_est", "gvm", "knapsack")
 SKIP_RULES = ("none", "greso", "posterior")
@@ -221,11 +166,7 @@ PRIOR_POOLS = ("difficulty", "task")
 BUDGETED_SAMPLERS = ("uniform", "knapsack")
 SEQUENTIAL_MODES = ("streaming", "rounds")
 SEQUENTIAL_SAMPLERS = ("seq_pos", "seq_balance")
-CORRECTIONS = ("none", "std", "selection", "inverse_p", "inverse_sqrt_p")
-UNRESOLVED_POLICIES = ("keep_available", "zero_advantage", "drop")
-DOWNSAMPLE_ORDERS = ("random", "earliest")
 ADA_EST_RULES = ("inverse_sqrt", "sqrt_odds", "variance_optimal")
-PASS_RATE_ESTIMATES = ("unbiased", "pool")
 
 
 @dataclass
@@ -439,68 +380,6 @@ class CurationConfig:
 
 
 @dataclass
-class GroupConfig:
-    group_size: int | None = 4
-    advantage: str = "pool"
-    correction: str = "none"
-    objective: str = "log"
-    objective_alpha: float = 0.5
-    objective_k: int = 8
-    focal_gamma: float = 0.0
-    pkpo_baseline: str = "loo_minus_one"
-    unresolved_policy: str = "keep_available"
-    downsample_order: str = "random"
-    raft_normalization: str = "group"
-    clip_delta: float = 1e-3
-    pass_rate_estimate: str = "unbiased"
-    pool_weight: int | None = None
-
-    def validate(self) -> None:
-        if self.group_size is not None and self.group_size < 1:
-            raise ValueError(
-                f"allocator.group.group_size={self.group_size} must be >= 1 (or null: whole pools)"
-            )
-        if self.pool_weight is not None and self.pool_weight < 1:
-            raise ValueError(
-                f"allocator.group.pool_weight={self.pool_weight} must be >= 1 or null (the "
-                "sampler's planned draw per prompt)"
-            )
-        for key, value, allowed in (
-            ("advantage", self.advantage, advantage_names()),
-            ("correction", self.correction, CORRECTIONS),
-            ("unresolved_policy", self.unresolved_policy, UNRESOLVED_POLICIES),
-            ("downsample_order", self.downsample_order, DOWNSAMPLE_ORDERS),
-            ("objective", self.objective, tuple(OBJECTIVES)),
-            ("raft_normalization", self.raft_normalization, RAFT_NORMALIZATIONS),
-            ("pass_rate_estimate", self.pass_rate_estimate, PASS_RATE_ESTIMATES),
-            ("pkpo_baseline", self.pkpo_baseline, PKPO_BASELINES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"allocator.group.{key}={value!r} is not one of {allowed}")
-        k = self.objective_k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(
-                f"allocator.group.objective_k={k!r} must be an integer >= 1 (k of pass@k, in "
-                "samples; e.g. 8)"
-            )
-        if not (math.isfinite(self.focal_gamma) and self.focal_gamma >= 0):
-            raise ValueError(
-                f"allocator.group.focal_gamma={self.focal_gamma} must be >= 0 (0 turns F-GRPO's "
-                "factor off)"
-            )
-        if self.focal_gamma > 0 and self.advantage not in group_relative_estimators():
-            raise ValueError(
-                f"allocator.group.focal_gamma={self.focal_gamma} (F-GRPO) multiplies a "
-                f"group-relative advantage, one of {group_relative_estimators()}, but "
-                f"allocator.group.advantage={self.advantage!r}; set allocator.group.advantage=grpo "
-                "(F-GRPO as "
-                "published) or allocator.group.focal_gamma=0"
-            )
-        if not 0.0 < self.clip_delta < 0.5:
-            raise ValueError(f"allocator.group.clip_delta={self.clip_delta} must be in (0, 0.5)")
-
-
-@dataclass
 class RehearsalConfig:
     enabled: bool = False
     min_samples: int = 8
@@ -526,6 +405,8 @@ class AllocatorPlan:
     # knapsack) or the sequential first draw (initial_samples, else k_pos + k_neg; rounds: a round)
     planned_samples_per_prompt: int
     pool_weight: int  # the sequences a whole pool weighs (group.pool_weight, null resolved)
+    # the coverage phase's plan (`AllocatorConfig.coverage_phase_config`); None: no phase
+    coverage_phase: AllocatorPlan | None = None
 
 
 @dataclass
@@ -576,6 +457,9 @@ class AllocatorConfig:
             pkpo_baseline=group.pkpo_baseline,
             ada_est_eps=self.estimation.epsilon,
             focal_gamma=group.focal_gamma,
+            w_reinforce_lambda=group.w_reinforce_lambda,
+            ucpo_tau=group.ucpo_tau,
+            unlikeliness_beta=group.unlikeliness_beta,
         )
 
     def plan(self) -> AllocatorPlan:
@@ -604,6 +488,7 @@ class AllocatorConfig:
         else:  # the fewest samples after which the rule could resolve
             planned = seq.k_pos + (0 if self.sampler == "seq_pos" else seq.k_neg)
         pool_weight = self.group.pool_weight
+        coverage = self.coverage_phase_config()
         return AllocatorPlan(
             config=self,
             max_samples_per_prompt=cap,
@@ -611,7 +496,27 @@ class AllocatorConfig:
             rollout_budget=self.rollout_budget(),
             planned_samples_per_prompt=planned,
             pool_weight=planned if pool_weight is None else pool_weight,
+            coverage_phase=None if coverage is None else coverage.plan(),
         )
+
+    def coverage_phase_config(self) -> AllocatorConfig | None:
+        """This config as its coverage phase trains (`group.coverage_objective` and
+        `coverage_advantage` in place of the run's own; a uniform estimator takes no
+        correction), or None without a phase."""
+        group = self.group
+        if not group.coverage_phase_rollouts:
+            return None
+        advantage = group.coverage_advantage or group.advantage
+        phase = dataclasses.replace(
+            group,
+            advantage=advantage,
+            objective=group.coverage_objective or group.objective,
+            correction=group.correction if advantage == POOL_ADVANTAGE else "none",
+            coverage_phase_rollouts=0,
+            coverage_objective=None,
+            coverage_advantage=None,
+        )
+        return dataclasses.replace(self, group=phase)
 
     def validate_retired_keys(self) -> None:
         """`allocator.samples_per_prompt` meant four things; each has its own key now."""
@@ -751,7 +656,43 @@ class AllocatorConfig:
         self.estimation.validate()
         self.group.validate()
         self.validate_coverage()
+        self.validate_coverage_phase()
         self.validate_rehearsal()
+
+    def validate_coverage_phase(self) -> None:
+        """The coverage phase is a config of its own that must hold, and differ from the run's."""
+        if not self.group.coverage_phase_rollouts:
+            return
+        if self.sampler in ("ada_est", "gvm"):
+            raise ValueError(
+                f"allocator.group.coverage_phase_rollouts={self.group.coverage_phase_rollouts} "
+                f"with allocator.sampler={self.sampler!r}: its allocation is paired with its own "
+                "advantage, which a coverage phase would replace; use another sampler or "
+                "allocator.group.coverage_phase_rollouts=0"
+            )
+        phase = self.coverage_phase_config()
+        assert phase is not None
+        group, first = self.group, phase.group
+        if group.coverage_objective is not None and not (
+            first.advantage == POOL_ADVANTAGE and first.correction == "selection"
+        ):
+            raise ValueError(
+                f"allocator.group.coverage_objective={group.coverage_objective!r} is the declared "
+                "f of pooled advantages with correction=selection, but the coverage phase trains "
+                f"advantage={first.advantage!r} with correction={first.correction!r}; use "
+                "allocator.group.coverage_advantage for a uniform estimator (e.g. pkpo)"
+            )
+        if (first.advantage, first.objective) == (group.advantage, group.objective):
+            raise ValueError(
+                "allocator.group.coverage_objective/coverage_advantage name what the run trains "
+                f"already (advantage={group.advantage!r}, objective={group.objective!r}): the "
+                "coverage phase would change nothing; name another, or set "
+                "allocator.group.coverage_phase_rollouts=0"
+            )
+        try:
+            phase.validate()
+        except ValueError as error:
+            raise ValueError(f"the coverage phase (allocator.group.coverage_*): {error}") from None
 
     def validate_rehearsal(self) -> None:
         """A rehearsal store that no first pool could ever join is refused: a sampler whose pools

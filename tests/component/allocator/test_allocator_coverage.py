@@ -27,6 +27,7 @@ from hydra import compose, initialize_config_dir
 
 from adarl.algo.advantages import focal_grpo_weight, passk_training_weight
 from adarl.algo.curation import hit_utility, hit_utility_increment
+from adarl.algo.implied import log_gate
 from adarl.allocator import Sampler
 from adarl.allocator.objective import declare_objective, sequential_implied_weight
 from adarl.allocator.samplers.knapsack import KnapsackSampler
@@ -123,6 +124,58 @@ def test_the_refused_pass_at_k_correction_optimises_the_weight_the_refusal_names
     for check in checks:
         assert check.expected_samples is not None
         assert check.samples_drawn == pytest.approx(check.expected_samples, rel=0.03), check
+
+
+@pytest.mark.slow
+def test_w_reinforce_optimises_one_plus_lambda_through_the_loss() -> None:
+    """W-REINFORCE (issue 38) on GRPO n = 8's draws, ĝ through the learner's real loss: the linear
+    objective with weight 1 + λ = 1.1 at every p, all-wrong groups included (they push down)."""
+    config = _allocator(
+        "+experiment=grpo",
+        "allocator.uniform_samples_per_prompt=8",
+        "allocator.group.advantage=w_reinforce",
+    )
+    declaration = declare_objective(config.plan())
+    assert declaration.exact, declaration.statement
+    checks = measure(
+        config,
+        pass_rates=UNIFORM_RATES,
+        prompts_per_rate=64,
+        steps=20,
+        latency=LATENCY,
+        seed=13,
+        behaviour={p: p for p in UNIFORM_RATES},
+    )
+    assert all(check.trials == 1280 for check in checks)
+    _check_declared(checks, {p: 1.1 for p in UNIFORM_RATES})
+
+
+@pytest.mark.slow
+def test_the_default_s_coverage_phase_optimises_log_through_the_real_allocator() -> None:
+    """The default with a coverage phase longer than the measurement (coverage_objective=log):
+    every step's groups come from the phase's builder, so the mean gradient is log p's gated
+    weight (1 - (1 - p)^15)/p, not the run's own logit weight, which is far from it at p = 0.5
+    (2.0 against 4.0): a phase that did not switch the builder would fail."""
+    config = _allocator(
+        "+experiment=ada_coverage",
+        "allocator.group.coverage_phase_rollouts=1000000000",
+        "allocator.group.coverage_objective=log",
+    )
+    plan = config.plan()
+    assert plan.coverage_phase is not None
+    first = declare_objective(plan.coverage_phase)
+    assert first.exact and first.statement.startswith("log p (weight 1/p)")
+    rates = (0.05, 0.2, 0.5)
+    checks = measure(
+        config, pass_rates=rates, prompts_per_rate=64, steps=20, latency=LATENCY, seed=14
+    )
+    for check in checks:
+        target = first.implied_weight[f"{check.p:g}"]
+        assert target == pytest.approx(float(log_gate(check.p, max_samples=16)) / check.p)
+        assert check.se_effective_weight <= 0.04 * target, check
+        assert abs(check.effective_weight - target) <= 3 * check.se_effective_weight, check
+    logit = declare_objective(_allocator("+experiment=ada_coverage").plan()).implied_weight["0.5"]
+    assert logit > 1.9 * first.implied_weight["0.5"]
 
 
 def _greedy_best(posteriors: list[tuple[float, float]], budget: int, low: int, high: int) -> float:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 from _allocator_world import FakeWorld, StepTrace, deterministic_metrics
 
+from adarl.algo.advantages import grpo_advantages, pkpo_advantages
 from adarl.allocator import build_allocator
 from adarl.config.allocator import (
     AllocatorConfig,
@@ -58,6 +60,19 @@ CONFIGS = {
         max_samples_per_prompt=12,
         group=GroupConfig(group_size=None, advantage="grpo"),
         curation=CurationConfig(candidates_per_step=24, explore_fraction=0.1),
+    ),
+    # Coverage first (issue 38): 72 rollouts a step, a phase of 80: steps 0 and 1 train PKPO,
+    # step 2 GRPO; only the allocator's rollout clock, restored, says which.
+    "coverage_phase": AllocatorConfig(
+        sampler="uniform",
+        prompts_per_step=18,
+        group=GroupConfig(
+            group_size=None,
+            advantage="grpo",
+            objective_k=2,
+            coverage_phase_rollouts=80,
+            coverage_advantage="pkpo",
+        ),
     ),
     # DPH-RL's rehearsal store (issue 38): D_pef, the prompts it holds out of each step and the
     # cycle of its rows, all of which must come back from the state.
@@ -125,3 +140,15 @@ def test_restored_allocator_continues_exactly(name: str, interrupt_at: tuple[int
         assert result.groups == ref_result.groups
         assert result.rehearsal == ref_result.rehearsal
         assert deterministic_metrics(result.metrics) == deterministic_metrics(ref_result.metrics)
+
+
+def test_the_coverage_phase_ends_at_its_rollouts() -> None:
+    """The allocator's clock: 72 rollouts a step, so steps 0 and 1 (0 and 72 before them, < 80)
+    train PKPO's pass@2 advantages and step 2 (144) GRPO's, each on its groups' own rewards."""
+    history = run(CONFIGS["coverage_phase"], interrupt_at=None)
+    assert [result.metrics["signal/coverage_phase"] for _, result in history] == [1.0, 1.0, 0.0]
+    for step, (_, result) in enumerate(history):
+        for group in result.groups:
+            rewards = np.array([s.reward for s in group.rollouts])
+            expected = pkpo_advantages(rewards, k=2) if step < 2 else grpo_advantages(rewards)
+            np.testing.assert_allclose(group.advantages, expected, rtol=1e-12)

@@ -22,6 +22,7 @@ from adarl.algo.advantages import (
     raft_advantages,
     reinforce_baseline_advantages,
     rloo_advantages,
+    w_reinforce_advantages,
 )
 from adarl.algo.allocation import (
     ada_est_allocation,
@@ -73,6 +74,11 @@ UNIFORM_CASES = {
         lambda p: np.full_like(p, (GROUP - 1) / GROUP),
     ),
     "grpo": (lambda r, p: grpo_advantages(r), {"estimator": "grpo"}, None),
+    "w_reinforce": (  # λ = 0.1 on positives, -1 on negatives: (1 + λ)·∇p (linear)
+        lambda r, p: w_reinforce_advantages(r),
+        {"estimator": "w_reinforce"},
+        lambda p: np.full_like(p, 1.1),
+    ),
     "ada_est_known_p": (
         lambda r, p: ada_est_advantages(r, eps=1e-6, pass_rate=p),
         {"estimator": "ada_est", "pass_rate_estimate": "known"},

@@ -118,6 +118,20 @@ def _run_cheap_builders(tmp_path: Path) -> None:
         )
     )
     build_allocator(dataclasses.replace(config.allocator, sampler="knapsack"))
+    # issue 38's update-side options: a coverage phase and a reweighting of the positives
+    build_allocator(
+        dataclasses.replace(
+            config.allocator,
+            group=dataclasses.replace(
+                config.allocator.group,
+                correction="selection",
+                positive_reweighting="ucpo",
+                coverage_phase_rollouts=100,
+                coverage_objective="pass_at_k",
+                coverage_advantage="pool",
+            ),
+        )
+    )
     build_allocator(
         dataclasses.replace(
             config.allocator, rehearsal=RehearsalConfig(enabled=True, min_samples=8, per_step=4)
