@@ -58,6 +58,14 @@ class Arm:
     overrides: tuple[str, ...] = ()
 
 
+# The update issue 38's screen chose for GRPO n = 4 (docs/learning_update_side.md): 4
+# mini-batches per step, the KL anchor to the base at 0.1, half the default learning rate.
+UPDATE_M4_KL = (
+    "learner.mini_batches_per_step=4",
+    "learner.loss.kl_coef=0.1",
+    "learner.learning_rate=0.00015",
+)
+
 # Later issues add their method with one line here. Only published methods and the members of
 # the settings below stay: a closed study's candidates leave once it is decided, and its numbers,
 # with the command that ran them at the commit that had them, stay in docs/benchmarks.md (e.g.
@@ -73,6 +81,19 @@ ARMS: tuple[Arm, ...] = (
     # The make run default (issue 30): GRPO n = 8's draw, one-sided prompts sampled on until they
     # hold both labels (cap 16), whole pools under logit p.
     Arm("ada_coverage", "ada_coverage"),
+    # Issue 38's finalists (docs/learning_update_side.md): GRPO-best, the best of GRPO n = 4, 8,
+    # 16 × M ∈ {1, 4} × KL ∈ {0, 0.1} × lr ∈ {1.5e-4, 3e-4} at 40k on seed 0, and the default's
+    # sampler at GRPO n = 4's first draw with the same update (4 mini-batches, the KL anchor).
+    Arm("grpo_best", "grpo", ("allocator.uniform_samples_per_prompt=4", *UPDATE_M4_KL)),
+    Arm(
+        "ada_coverage_i4_m4_kl",
+        "ada_coverage",
+        (
+            "allocator.sequential.initial_samples=4",
+            "allocator.max_samples_per_prompt=8",
+            *UPDATE_M4_KL,
+        ),
+    ),
     # The same sampler trained on whole pools (nothing drawn is discarded; issue 10).
     Arm("ada_seq_balance_whole_pool", "ada_seq_balance", ("allocator.group.group_size=null",)),
     Arm("reinforce_ada_reference", "reinforce_ada_reference"),
