@@ -84,7 +84,7 @@ ARMS: tuple[Arm, ...] = (
     # Issue 38's finalists (docs/learning_update_side.md): GRPO-best, the best of GRPO n = 4, 8,
     # 16 × M ∈ {1, 4} × KL ∈ {0, 0.1} × lr ∈ {1.5e-4, 3e-4} at 40k on seed 0, and the default's
     # sampler at GRPO n = 4's first draw with the same update (4 mini-batches, the KL anchor).
-    Arm("grpo_best", "grpo", ("allocator.uniform_samples_per_prompt=4", *UPDATE_M4_KL)),
+    Arm("grpo_best", "grpo_anchored"),  # = grpo n = 4 with UPDATE_M4_KL
     Arm(
         "ada_coverage_i4_m4_kl",
         "ada_coverage",
