@@ -71,6 +71,7 @@ from adarl.export import (
     resolve_target,
     run_config_of,
 )
+from adarl.run_summary import paired_text
 
 if TYPE_CHECKING:
     from adarl.evaluation import EvalResult, Evaluator
@@ -428,11 +429,7 @@ def _constant_lines(record: dict[str, Any]) -> str:
         return ""
     text = f"  best constant answer {constant['answer']!r}: {100 * constant['accuracy']:.1f}%\n"
     if lead is not None and lead["se"] > 0:
-        text += (
-            f"  pass@1 above it {100 * lead['lead']:+.1f} points, paired SE "
-            f"{100 * lead['se']:.1f} ({lead['lead'] / lead['se']:+.1f} SE over "
-            f"{lead['prompts']:.0f} prompts)\n"
-        )
+        text += f"  pass@1 above it {paired_text(lead['lead'], lead['se'], lead['prompts'])}\n"
     return text
 
 

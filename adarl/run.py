@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from adarl.config import AdarlConfig
-from adarl.run_summary import RunSummary
+from adarl.run_summary import RunSummary, paired_text
 
 log = logging.getLogger("adarl")
 
@@ -106,11 +106,7 @@ def _format_pass_at_k(summary: RunSummary) -> str:
         )
     rise = summary.pass_at_1_rise
     if rise is not None and rise["se"] > 0:
-        lines.append(
-            f"    pass@1 rise {100 * rise['rise']:+.1f} points, paired SE "
-            f"{100 * rise['se']:.1f} ({rise['rise'] / rise['se']:+.1f} SE over "
-            f"{rise['prompts']:.0f} prompts)"
-        )
+        lines.append(f"    pass@1 rise {paired_text(rise['rise'], rise['se'], rise['prompts'])}")
     constant = final.get("best_constant")
     if constant is not None:  # a policy that learned only the answers' prior scores this
         lines.append(
@@ -119,9 +115,7 @@ def _format_pass_at_k(summary: RunSummary) -> str:
         lead = summary.lead_over_best_constant
         if lead is not None and lead["se"] > 0:
             lines.append(
-                f"    pass@1 above it {100 * lead['lead']:+.1f} points, paired SE "
-                f"{100 * lead['se']:.1f} ({lead['lead'] / lead['se']:+.1f} SE over "
-                f"{lead['prompts']:.0f} prompts)"
+                f"    pass@1 above it {paired_text(lead['lead'], lead['se'], lead['prompts'])}"
             )
     return "\n".join(lines) + "\n"
 

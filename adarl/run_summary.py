@@ -48,3 +48,12 @@ class RunSummary:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def paired_text(value: float, se: float, prompts: float) -> str:
+    """A paired difference of pass rates as the console prints it: "+13.3 points, paired SE 1.9
+    (+7.0 SE over 226 prompts)" (`pass_at_1_rise`, `lead_over_best_constant`)."""
+    return (
+        f"{100 * value:+.1f} points, paired SE {100 * se:.1f} ({value / se:+.1f} SE over "
+        f"{prompts:.0f} prompts)"
+    )

@@ -37,10 +37,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from adarl.timed_run import pytest_junit_summary
 
 # name -> (version, kind). "wheel": a wheel for the target Python; "sdist": carried as the sdist
 # and built there; "build": sdist-only pure-Python package built into a wheel here.
@@ -266,35 +267,6 @@ def run_stage(
     return result
 
 
-def pytest_summary(junit_xml: Path) -> dict[str, object]:
-    """Counts and the failing tests (name: first line of the message) from pytest's JUnit XML."""
-    if not junit_xml.is_file():
-        return {"error": f"{junit_xml.name} was not written"}
-    root = ElementTree.parse(junit_xml).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    failed: dict[str, str] = {}
-    skipped: dict[str, str] = {}
-    for suite in suites:
-        for key in counts:
-            counts[key] += int(suite.get(key, 0))
-        for case in suite.iter("testcase"):
-            test = f"{case.get('classname', '')}::{case.get('name', '')}"
-            for tag in ("failure", "error"):
-                node = case.find(tag)
-                if node is not None:
-                    failed[test] = (
-                        (node.get("message") or "").splitlines()[0][:300]
-                        if (node.get("message"))
-                        else tag
-                    )
-            node = case.find("skipped")
-            if node is not None:
-                skipped[test] = (node.get("message") or "")[:200]
-    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {**counts, "passed": passed, "failed": failed, "skipped_reasons": skipped}
-
-
 def _machine(python: str, env: Mapping[str, str]) -> dict[str, str]:
     probe = (
         "import json, platform, torch; cuda = torch.cuda.is_available(); "
@@ -432,7 +404,7 @@ def check(
             f"--junitxml={junit}",
         ],
     )
-    report.pytest = pytest_summary(junit)
+    report.pytest = pytest_junit_summary(junit)
     preflight_ok = True
     if preflight:
         found = out / "preflight.json"

@@ -219,13 +219,13 @@ def test_the_pytest_summary_names_failures_and_counts(tmp_path: Path) -> None:
         '<testcase classname="tests.gpu.test_b" name="test_skip"><skipped message="needs CUDA"/>'
         "</testcase></testsuite></testsuites>"
     )
-    summary = gpu_kit.pytest_summary(junit)
+    summary = gpu_kit.pytest_junit_summary(junit)
     assert (summary["tests"], summary["passed"], summary["skipped"]) == (4, 1, 1)
     assert summary["failed"] == {
         "tests.gpu.test_a::test_bad": "AssertionError: 3 != 4",
         "tests.gpu.test_b::test_err": "error",
     }
-    assert gpu_kit.pytest_summary(tmp_path / "missing.xml") == {
+    assert gpu_kit.pytest_junit_summary(tmp_path / "missing.xml") == {
         "error": "missing.xml was not written"
     }
 
