@@ -144,6 +144,12 @@ RESOLVED_BEFORE_THE_SPLIT = {
         dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=4),
         (10, 1.0, 8.694808048),
     ),
+    # Added after the split (issue 38): grpo's allocator, so grpo's draws and weights.
+    "grpo_anchored": (
+        "UniformSampler",
+        dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=4),
+        (10, 1.0, 8.694808048),
+    ),
     "gvm_grpo": (
         "GvmSampler",
         dict(
