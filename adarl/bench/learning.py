@@ -301,8 +301,10 @@ def run_overrides(arm: Arm, seed: int, setting: Setting, run_dir: Path) -> list[
         # Every step draws at least one rollout, so the budget ends the run before this does.
         f"trainer.total_steps={setting.max_rollouts}",
         # Every arm spends the whole budget: an arm that finds no signal at first is compared
-        # at equal rollouts like the others, not stopped early (trainer.min_mixed_group_fraction).
+        # at equal rollouts like the others, not stopped early (trainer.min_mixed_group_fraction,
+        # trainer.stop_below_prior).
         "trainer.min_mixed_group_fraction=0",
+        "trainer.stop_below_prior=false",
         # No warm-up by default: 20 steps is 13% of GRPO n = 4's 40k rollouts but 43% of
         # Seq-Balance's, a schedule that favours the arms taking more steps (Setting).
         *(
