@@ -153,9 +153,9 @@ def _unsolvable_problems(path: Path) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_run_without_learning_signal_stops_early_and_says_why(tmp_path: Path) -> None:
+def _unsolvable_run(tmp_path: Path, *overrides: str):
+    """The embedded default on `_unsolvable_problems` (micro model, up to 50 steps), trained to
+    its end; `overrides` come last, so they win over MICRO's."""
     data = tmp_path / "unsolvable.jsonl"
     _unsolvable_problems(data)
     _, session = _session(
@@ -167,13 +167,19 @@ def test_a_run_without_learning_signal_stops_early_and_says_why(tmp_path: Path) 
             "task.verifier=exact_match",
             "task.test_fraction=0.2",
             f"model.cache_dir={tmp_path / 'cache'}",
-            *[o for o in MICRO if not o.startswith("trainer.total_steps")],
+            *MICRO,
             "trainer.total_steps=50",
-            "trainer.signal_check_steps=3",
+            *overrides,
         ],
     )
     with session:
-        summary = session.train()
+        return session.train()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_without_learning_signal_stops_early_and_says_why(tmp_path: Path) -> None:
+    summary = _unsolvable_run(tmp_path, "trainer.signal_check_steps=3")
     assert summary.steps == 3 and summary.stop_reason == "no_learning_signal"
     message = summary.stop_message or ""
     assert "no learning signal: 0.0% of the 24 groups trained in steps 1-3" in message
@@ -192,23 +198,7 @@ def test_a_run_starting_below_the_answers_prior_stops_after_its_base_evaluation(
 ) -> None:
     """The same unsolvable task: the warm start runs out of budget below the best constant
     answer (its record says max_steps), so the run stops before any rollout and says why."""
-    data = tmp_path / "unsolvable.jsonl"
-    _unsolvable_problems(data)
-    _, session = _session(
-        tmp_path / "run",
-        [
-            "+experiment=ada_coverage",
-            "task=jsonl",
-            f"task.path={data}",
-            "task.verifier=exact_match",
-            "task.test_fraction=0.2",
-            f"model.cache_dir={tmp_path / 'cache'}",
-            *[o for o in MICRO if not o.startswith(("trainer.total_steps", "trainer.stop_below"))],
-            "trainer.total_steps=50",
-        ],
-    )
-    with session:
-        summary = session.train()
+    summary = _unsolvable_run(tmp_path, "trainer.stop_below_prior=true")
     assert summary.steps == 0 and summary.stop_reason == "below_prior"
     assert summary.rollouts_generated == 0
     message = summary.stop_message or ""
