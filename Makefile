@@ -46,7 +46,7 @@ $(STAMP):
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(WRITE_BYTECODE) $(BIN)/python -m adarl.launch +experiment=ada_coverage $(ARGS)
+	$(WRITE_BYTECODE) $(BIN)/python -m adarl.launch +experiment=grpo_anchored $(ARGS)
 
 # Two workers, one file each at a time (a file's module fixtures, e.g. its Ray cluster, stay in
 # one process), in the collection order tests/conftest.py sets (long files first; xdist would

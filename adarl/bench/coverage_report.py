@@ -33,7 +33,7 @@ from adarl.bench.learning_records import (
 )
 
 # The arm whose experiment `make run` runs (tests/unit/bench/test_coverage_report.py ties them).
-DEFAULT_ARM = "ada_coverage"
+DEFAULT_ARM = "grpo_anchored"
 FIGURES = {"coverage": "coverage_pass_at_k.png", "coverage_training": "coverage_training.png"}
 
 

@@ -78,13 +78,13 @@ ARMS: tuple[Arm, ...] = (
     Arm("dapo", "dapo"),
     Arm("ada_seq_pos", "ada_seq_pos"),
     Arm("ada_seq_balance", "ada_seq_balance"),
-    # The make run default (issue 30): GRPO n = 8's draw, one-sided prompts sampled on until they
-    # hold both labels (cap 16), whole pools under logit p.
+    # The make run default of issues 30-37: GRPO n = 8's draw, one-sided prompts sampled on until
+    # they hold both labels (cap 16), whole pools under logit p.
     Arm("ada_coverage", "ada_coverage"),
-    # Issue 38's finalists (docs/learning_update_side.md): GRPO-best, the best of GRPO n = 4, 8,
-    # 16 × M ∈ {1, 4} × KL ∈ {0, 0.1} × lr ∈ {1.5e-4, 3e-4} at 40k on seed 0, and the default's
-    # sampler at GRPO n = 4's first draw with the same update (4 mini-batches, the KL anchor).
-    Arm("grpo_best", "grpo_anchored"),  # = grpo n = 4 with UPDATE_M4_KL
+    # Issue 38's finalists (docs/learning_update_side.md): the make run default since issue 38,
+    # GRPO-best of GRPO n = 4, 8, 16 × M ∈ {1, 4} × KL ∈ {0, 0.1} × lr ∈ {1.5e-4, 3e-4} at 40k on
+    # seed 0, and ada_coverage's sampler at GRPO n = 4's first draw with the same update.
+    Arm("grpo_anchored", "grpo_anchored"),  # = grpo n = 4 with UPDATE_M4_KL
     Arm(
         "ada_coverage_i4_m4_kl",
         "ada_coverage",
@@ -233,6 +233,8 @@ REDUCED = Setting(
         "pkpo",
         "hora_grpo",
         "ada_coverage",
+        "grpo_anchored",
+        "ada_coverage_i4_m4_kl",
     ),
     seeds=3,
     max_rollouts=40_000,
@@ -241,7 +243,7 @@ REDUCED = Setting(
     eval_samples_per_prompt=8,
     checkpoint_every_steps=25,
     why=(
-        "Why this reduced setting: 13 arms × 3 seeds on a 2-core machine. A run pays about 60 s "
+        "Why this reduced setting: 15 arms × 3 seeds on a 2-core machine. A run pays about 60 s "
         "before its first step (process and Ray start, vLLM engine, DeepSpeed learner, the base "
         "evaluation of 256 prompts × 64 samples), then trains its 40k rollouts in one to three "
         "minutes. The arms (issue 30): GRPO at n = 4, 8 and 16 (GRPO-best is the best of them by "
@@ -249,7 +251,8 @@ REDUCED = Setting(
         "GRPO n = 4's budget) and adarl's history-aware allocation (ada_curated), Ada-Est, the "
         "Seq-Balance default of the rounds before (ada_seq_balance, log p), the published "
         "coverage anchors at GRPO n = 8's compute (F-GRPO, Pass@k Training, PKPO, HORA's "
-        "allocation) and adarl's coverage default (ada_coverage, make run). No arm has a "
+        "allocation), adarl's coverage default of issues 30-37 (ada_coverage) and issue 38's "
+        "finalists (grpo_anchored, make run's default, and ada_coverage_i4_m4_kl). No arm has a "
         "learning-rate warm-up (`learner.lr_warmup_steps=0` for all): a warm-up counted in steps "
         "favours the arms that take more steps per rollout. An evaluation every 5k rollouts on "
         "the standard held-out set (256 prompts × 8 samples at T = 1: pass@1 and pass@8) gives "
@@ -259,7 +262,16 @@ REDUCED = Setting(
 )
 MAKE_RUN = Setting(
     name="make_run",
-    arms=("ada_coverage", "grpo_n8", "grpo_n16", "hora_grpo", "grpo_n4", "knapsack_grpo"),
+    arms=(
+        "grpo_anchored",
+        "ada_coverage_i4_m4_kl",
+        "ada_coverage",
+        "grpo_n8",
+        "grpo_n16",
+        "hora_grpo",
+        "grpo_n4",
+        "knapsack_grpo",
+    ),
     seeds=3,
     max_rollouts=180_000,
     eval_every_rollouts=22_500,
@@ -268,11 +280,12 @@ MAKE_RUN = Setting(
     checkpoint_every_steps=50,
     why=(
         "The make_run setting runs at `make run`'s budget, 180k training rollouts (the default "
-        "stops there), the default against GRPO n = 4, 8 and 16 and the best coverage and "
-        "curation anchors of the reduced setting by final pass@1: HORA's allocation (22.7% at "
-        "40k, F-GRPO 22.6%) and Knapsack-RL (21.7%; GRESO's 21.9% is a tie by the spread, and "
-        "its skip probing takes 4x GRPO's rollout time here), with an evaluation every 22.5k "
-        "rollouts: 5-12 minutes per run here."
+        "stops there): the default (grpo_anchored, issue 38) and its adaptive-sampling finalist "
+        "(ada_coverage_i4_m4_kl), the default of issues 30-37 (ada_coverage), GRPO n = 4, 8 "
+        "and 16 and the best coverage and curation anchors of the reduced setting by final "
+        "pass@1: HORA's allocation (22.7% at 40k, F-GRPO 22.6%) and Knapsack-RL (21.7%; GRESO's "
+        "21.9% is a tie by the spread, and its skip probing takes 4x GRPO's rollout time here), "
+        "with an evaluation every 22.5k rollouts: 5-16 minutes per run here."
     ),
 )
 SETTINGS = {s.name: s for s in (REDUCED, MAKE_RUN)}

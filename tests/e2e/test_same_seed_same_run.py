@@ -2,8 +2,9 @@
 seed give the same numbers at every step, the same final evaluation and the same final weights.
 
 The cheapest path that holds every seeded stage `make run` has: the default experiment
-(`ada_coverage`: sequential sampling, the correction, the learner's loss) in-process with the vLLM
-CPU engine `make run` samples with, a micro tiny model and 2 steps, run twice with one tiny-model
+(`grpo_anchored`: uniform sampling, mini-batch updates, the KL anchor's reference model)
+in-process with the vLLM CPU engine `make run` samples with, a micro tiny model and 2 steps, run
+twice with one tiny-model
 cache: the first run builds the model on the spot, the second finds it cached. Across machines
 the numbers differ: the CPU kernels torch, MKL, oneDNN and vLLM pick for the machine's
 instruction set (AVX2, AVX-512, AMX) round differently (README, "Reproducibility").
@@ -24,7 +25,7 @@ from adarl.logging import METRICS_FILE, read_metrics_jsonl
 from adarl.run import run
 
 RUN = [
-    "+experiment=ada_coverage",
+    "+experiment=grpo_anchored",
     "model.tiny.hidden_size=64",  # head_dim 32: vLLM's CPU attention needs a multiple of 32
     "model.tiny.intermediate_size=128",
     "model.tiny.num_hidden_layers=1",

@@ -96,7 +96,7 @@ def _mod_problems(path: Path) -> None:
 def test_a_jsonl_task_with_its_own_fields_learns_from_the_embedded_default(
     tmp_path: Path,
 ) -> None:
-    """The make run default (`ada_coverage`) on a problem family of the user's, with its own field
+    """The make run default (`grpo_anchored`) on a problem family of the user's, with its own field
     names: held-out pass@1 rises by more than 3 standard errors and ends above the best constant
     answer. The SE is paired: the base and final evaluations draw the same seeds on the same
     prompts, so the rise is the mean of per-prompt differences."""
@@ -105,7 +105,7 @@ def test_a_jsonl_task_with_its_own_fields_learns_from_the_embedded_default(
     _, session = _session(
         tmp_path / "run",
         [
-            "+experiment=ada_coverage",
+            "+experiment=grpo_anchored",
             "task=jsonl",
             f"task.path={data}",
             "task.verifier=exact_match",
@@ -161,7 +161,7 @@ def _unsolvable_run(tmp_path: Path, *overrides: str):
     _, session = _session(
         tmp_path / "run",
         [
-            "+experiment=ada_coverage",
+            "+experiment=grpo_anchored",
             "task=jsonl",
             f"task.path={data}",
             "task.verifier=exact_match",

@@ -45,7 +45,7 @@ def _curve(p1: float, p64: float) -> dict[int, float]:
 def _run(arm: str, seed: int, final: tuple[float, float], base: tuple[float, float]) -> RunRecord:
     return RunRecord(
         arm=arm,
-        experiment="grpo" if arm.startswith("grpo") else arm,
+        experiment="grpo" if arm.startswith("grpo_n") else arm,  # grpo_anchored is its own
         seed=seed,
         evals=[
             _point(0, 0.0, _curve(*base)),

@@ -58,8 +58,9 @@ def test_reference_experiment_is_the_released_algorithm() -> None:
 
 def test_the_default_budgets_rollouts_and_the_tokens_the_learner_reads() -> None:
     # make run: 180k rollouts, or 2.5M prompt + response tokens on tasks with long prompts.
-    trainer = _compose("+experiment=ada_coverage").trainer
-    assert (trainer.max_rollouts, trainer.max_sequence_tokens) == (180_000, 2_500_000)
+    for experiment in ("grpo_anchored", "ada_coverage"):  # the default, and the one before it
+        trainer = _compose(f"+experiment={experiment}").trainer
+        assert (trainer.max_rollouts, trainer.max_sequence_tokens) == (180_000, 2_500_000)
 
 
 def test_default_experiment_declares_its_objective() -> None:
