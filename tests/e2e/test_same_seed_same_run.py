@@ -4,10 +4,10 @@ seed give the same numbers at every step, the same final evaluation and the same
 The cheapest path that holds every seeded stage `make run` has: the default experiment
 (`grpo_anchored`: uniform sampling, mini-batch updates, the KL anchor's reference model)
 in-process with the vLLM CPU engine `make run` samples with, a micro tiny model and 2 steps, run
-twice with one tiny-model
-cache: the first run builds the model on the spot, the second finds it cached. Across machines
-the numbers differ: the CPU kernels torch, MKL, oneDNN and vLLM pick for the machine's
-instruction set (AVX2, AVX-512, AMX) round differently (README, "Reproducibility").
+twice with one tiny-model cache: the first run builds the model on the spot, the second finds it
+cached. Across machines the numbers differ: the CPU kernels torch, MKL, oneDNN and vLLM pick for
+the machine's instruction set (AVX2, AVX-512, AMX) round differently (README,
+"Reproducibility").
 """
 
 from __future__ import annotations
