@@ -1,10 +1,10 @@
 """`python -m adarl.bench soak`: run the embedded default for many steps and watch every process's
 memory.
 
-Runs `+experiment=ada_seq_balance` (what `make run` runs: local Ray, vLLM CPU engine actor,
-DeepSpeed learner actor, allocator actor) for `--steps` steps with this process as the driver,
-and after every step records the resident set size (RSS, from /proc) of the driver and of every
-process the run started: the Ray actors (`ray::VLLMEngine`, `ray::Learner`,
+Runs `+experiment=ada_seq_balance` (the components `make run` runs: local Ray, vLLM CPU engine
+actor, DeepSpeed learner actor, allocator actor) for `--steps` steps with this process as the
+driver, and after every step records the resident set size (RSS, from /proc) of the driver and
+of every process the run started: the Ray actors (`ray::VLLMEngine`, `ray::Learner`,
 `ray::BudgetAllocator`), Ray's own processes (GCS, raylet, agents) and idle workers. They are
 found by the reaper token every process of the run inherits (adarl/reaper.py).
 

@@ -9,7 +9,7 @@
     max_sequence_tokens: likewise, for the training rollouts' prompt + response tokens (what
         the learner reads, so its cost); None = no token budget. The run stops at whichever
         budget it reaches first: `make run`'s rollout budget on the built-in task, its token
-        budget on a task whose prompts are ten times longer (conf/experiment/ada_coverage.yaml).
+        budget on a task whose prompts are ten times longer (conf/experiment/grpo_anchored.yaml).
         Checkpointing and resume are configured under `checkpoint` (adarl/config/checkpoint.py).
     signal_check_steps, min_mixed_group_fraction: a run that cannot learn stops early. After
         `signal_check_steps` training steps (5), if fewer than `min_mixed_group_fraction` (2%) of
