@@ -37,18 +37,13 @@ def no_signal_message(
         lines.append("  warm start: " + _warm_start_line(warm_start))
     if base is not None:
         lines.append(_base_line(base))
-    lines.append("  what would help:")
-    if builtin_model:
-        lines += [
-            "    - a longer warm start: model.tiny.sft_max_minutes, model.tiny.sft_max_steps "
-            "(the built-in task's: model.tiny.sft_steps)",
-            "    - a larger tiny model: model.tiny.hidden_size, model.tiny.num_hidden_layers",
-        ]
-    lines += [
-        "    - a real model on a GPU: model=hf model.name_or_path=... (docs/cluster.md)",
-        "    - an easier task or mix (task.*), or hints (hints=sage) for prompts never solved",
-        "  to train anyway: trainer.min_mixed_group_fraction=0",
-    ]
+    lines += _help_lines(
+        builtin_model=builtin_model,
+        warm_start_keys="model.tiny.sft_max_minutes, model.tiny.sft_max_steps (the built-in "
+        "task's: model.tiny.sft_steps)",
+        easier="an easier task or mix (task.*), or hints (hints=sage) for prompts never solved",
+        anyway="trainer.min_mixed_group_fraction=0",
+    )
     return "\n".join(lines)
 
 
@@ -87,18 +82,32 @@ def below_prior_message(
         lines.append("  warm start: " + _warm_start_line(warm_start))
     if base is not None:
         lines.append(_base_line(base, lead))
-    lines.append("  what would help:")
+    lines += _help_lines(
+        builtin_model=builtin_model,
+        warm_start_keys="model.tiny.sft_max_minutes, model.tiny.sft_max_steps",
+        easier="an easier task (task.*: e.g. a smaller reasoning-gym config)",
+        anyway="trainer.stop_below_prior=false",
+    )
+    return "\n".join(lines)
+
+
+def _help_lines(
+    *, builtin_model: bool, warm_start_keys: str, easier: str, anyway: str
+) -> list[str]:
+    """The stop messages' "what would help" block and the key that trains anyway; the tiny
+    model's keys only for the built-in policy."""
+    lines = ["  what would help:"]
     if builtin_model:
         lines += [
-            "    - a longer warm start: model.tiny.sft_max_minutes, model.tiny.sft_max_steps",
+            f"    - a longer warm start: {warm_start_keys}",
             "    - a larger tiny model: model.tiny.hidden_size, model.tiny.num_hidden_layers",
         ]
-    lines += [
+    return [
+        *lines,
         "    - a real model on a GPU: model=hf model.name_or_path=... (docs/cluster.md)",
-        "    - an easier task (task.*: e.g. a smaller reasoning-gym config)",
-        "  to train anyway: trainer.stop_below_prior=false",
+        f"    - {easier}",
+        f"  to train anyway: {anyway}",
     ]
-    return "\n".join(lines)
 
 
 def _base_line(base: dict[str, Any], lead: dict[str, float] | None = None) -> str:

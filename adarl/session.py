@@ -347,19 +347,20 @@ class TrainingSession:
         last_eval = self.base_eval
         last_step = self.start_step
         stop_reason = "resumed_past_end" if self.start_step >= total else "total_steps"
-        no_signal = self._prior_check()
-        if no_signal is not None:
-            log.warning("%s", no_signal)
+        # The message of a run that stops early (below the prior, or without signal), or None.
+        stop_message = self._prior_check()
+        if stop_message is not None:
+            log.warning("%s", stop_message)
             stop_reason = "below_prior"
-        first = total + 1 if no_signal is not None else self.start_step + 1
+        first = total + 1 if stop_message is not None else self.start_step + 1
         for step in range(first, total + 1):
             rollouts_before = self.driver.rollouts_generated
             outcome = self.driver.step(step, sample_ahead_through=self._next_checkpoint(step))
             last_step = step
             rollouts = self.driver.rollouts_generated
             out_of_budget = self.driver.budget_reached()
-            no_signal = self._signal_check(outcome)
-            final = step == total or out_of_budget or no_signal is not None
+            stop_message = self._signal_check(outcome)
+            final = step == total or out_of_budget or stop_message is not None
             metrics = dict(outcome.metrics)
             if final and step < total:  # steps opened ahead will not train: dropped before the
                 metrics.update(self.driver.end_stream())  # checkpoint
@@ -375,8 +376,8 @@ class TrainingSession:
             every = config.checkpoint.every_steps
             if final or (every and step % every == 0):
                 self.save(step)
-            if no_signal is not None:
-                log.warning("%s", no_signal)
+            if stop_message is not None:
+                log.warning("%s", stop_message)
                 stop_reason = "no_learning_signal"
                 break
             if out_of_budget:
@@ -430,7 +431,7 @@ class TrainingSession:
             ),
             model_dir=str(model_dir),
             stop_reason=stop_reason,
-            stop_message=no_signal,
+            stop_message=stop_message,
         )
 
     def export_model(self, step: int) -> Path:
