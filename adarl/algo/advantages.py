@@ -449,6 +449,66 @@ def _raft(group: GroupInputs) -> np.ndarray:
     )
 
 
+def maxrl_advantages(rewards: np.ndarray) -> np.ndarray:  # [G] -> [G] float64
+    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710, "Maximum Likelihood RL"): A_j = (r_j - r̄)/r̄
+    with r̄ the group's mean reward; A = 0 for a group with r̄ = 0 (nothing to normalise by).
+
+    GRPO's line with the std replaced by the mean: with ĝ = (1/G) Σ_j A_j ∇log π_j this is
+    (1/K) Σ_{positives} ∇log π - (1/G) Σ_j ∇log π for binary rewards, K ≥ 1 positives: the
+    positives' likelihood (the maximum-likelihood gradient, ∇log p = g⁺) minus a control variate.
+    Implied weight, K ~ Bin(G, p): E[ĝ] = Pr[K ≥ 1]·g⁺ - E[1{K ≥ 1}·(1/G)Σ_j ∇log π_j]; the second
+    term is -(1-p)^G g⁻ (the all-wrong groups' share of E[Σ ∇log π] = 0) and g⁻ = -p g⁺/(1-p), so
+    E[ĝ] = (1 - (1-p)^(G-1))·g⁺ = w(p)·∇p, w(p) = (1 - (1-p)^(G-1))/p = Σ_{t<G} (1-p)^(t-1):
+    log p truncated at G - 1 terms of its series -Σ_t (1-p)^t/t (the control variate costs one
+    term against RAFT's positives normalisation, truncated at G; G = 1 trains nothing).
+
+    Reference code: the paper's (tajwarfahim/maxrl, verl `compute_maxrl_outcome_advantage`)
+    divides by r̄ + 1e-6, which is this within ε/r̄ and 0 on an all-wrong group; prime-rl's
+    `MaxRLAlgorithm` guards r̄ ≤ 0 → 0 and divides by r̄ exactly, as here (its tests: [1,0,0,0]
+    → [3,-1,-1,-1]). The paper's theorem states order G for the estimator that still subtracts
+    the control variate on all-wrong groups; the one it and both codes run (0 there) is order
+    G - 1, as derived above and measured on the exact bandit (tests/unit/algo/
+    test_exact_gradients.py, tests/component/allocator/test_log_family_exact_bandit.py).
+    """
+    r = _group(rewards)
+    mean = r.mean()
+    if mean <= 0.0:
+        return np.zeros(r.size)
+    return (r - mean) / mean
+
+
+def maxrl_weight(p: np.ndarray, *, group_size: int) -> np.ndarray:  # [P] -> [P]
+    """MaxRL's implied weight on a uniform group of n: w(p) = (1 - (1-p)^(n-1))/p, with its
+    limit n - 1 at p = 0 (`maxrl_advantages`)."""
+    p = np.asarray(p, dtype=np.float64)
+    safe = np.where(p > 0, p, 1.0)
+    return np.where(p > 0, (1.0 - (1.0 - p) ** (group_size - 1)) / safe, group_size - 1.0)
+
+
+def _maxrl_words(spec: GroupSpec) -> str:
+    terms = spec.size - 1
+    return _focal_words(
+        f"log p truncated at n - 1 = {terms} terms of its series (MaxRL: w(p) = (1 - (1 - p)^"
+        f"{terms})/p, at most {terms} at p → 0)",
+        spec,
+    )
+
+
+def _maxrl_closed_form(p: np.ndarray, spec: GroupSpec) -> np.ndarray | None:
+    return None if spec.options.focal_gamma else maxrl_weight(p, group_size=spec.size)
+
+
+@uniform_estimator(
+    "maxrl",
+    implied=ImpliedObjective(_maxrl_words, _maxrl_closed_form),
+    objective="log",
+    group_relative=True,
+    min_group_size=lambda k, options: 2,
+)
+def _maxrl(group: GroupInputs) -> np.ndarray:
+    return maxrl_advantages(group.rewards)
+
+
 def reinforce_baseline_advantages(
     rewards: np.ndarray, *, baseline: float | np.ndarray
 ) -> np.ndarray:

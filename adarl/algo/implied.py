@@ -16,6 +16,7 @@ registry entry, `adarl.algo.advantages`, which also declares its closed form). C
     rloo, reinforce_baseline, raft("group")   w = 1                     (linear)
     dr_grpo                                   w = (n-1)/n
     raft("positives")                         w = (1-(1-p)^n)/p         (log behind a gate)
+    maxrl                                     w = (1-(1-p)^(n-1))/p     (log truncated at n-1)
     grpo                                      w = E[K(n-K)/(n²(σ_K+ε))]/(p(1-p)) → 1/√(p(1-p))
     balanced n/2 + n/2, `none`, p known       w = 1/(2p(1-p)) - 1,  f = ½·logit p - p
     `selection` for f, p known                w = f'(p)·Pr[kept group has both labels]

@@ -9,6 +9,7 @@ from adarl.algo.advantages import (
     ada_est_advantages,
     dr_grpo_advantages,
     grpo_advantages,
+    maxrl_advantages,
     raft_advantages,
     reinforce_baseline_advantages,
     rloo_advantages,
@@ -54,9 +55,22 @@ def test_ada_est() -> None:
     np.testing.assert_array_equal(ada_est_advantages(np.zeros(3), eps=0.0), 0.0)
 
 
+def test_maxrl_divides_by_the_group_mean() -> None:
+    # r̄ = 0.6: a positive gets (1 - 0.6)/0.6 = 2/3, a negative (0 - 0.6)/0.6 = -1.
+    np.testing.assert_allclose(maxrl_advantages(REWARDS), [2 / 3, -1, -1, 2 / 3, 2 / 3])
+    # As (1/K)·Σ_pos minus the group mean of the scores: A_j/G = r_j/K - 1/G.
+    np.testing.assert_allclose(maxrl_advantages(REWARDS) / 5, REWARDS / 3 - 1 / 5)
+    np.testing.assert_array_equal(maxrl_advantages(np.zeros(4)), 0.0)  # all wrong: no signal
+    np.testing.assert_array_equal(maxrl_advantages(np.ones(4)), 0.0)  # all right: r = r̄
+    # One positive in 4: 3 on it, -1 on each negative (the advantages sum to zero).
+    np.testing.assert_allclose(maxrl_advantages(np.array([0.0, 1, 0, 0])), [-1, 3, -1, -1])
+    # Real-valued rewards divide by their mean too.
+    np.testing.assert_allclose(maxrl_advantages(np.array([0.5, 0.0])), [1.0, -1.0])
+
+
 @pytest.mark.parametrize(
     "fn",
-    [grpo_advantages, dr_grpo_advantages, rloo_advantages, raft_advantages],
+    [grpo_advantages, dr_grpo_advantages, rloo_advantages, raft_advantages, maxrl_advantages],
 )
 def test_permutation_equivariant(fn) -> None:
     order = np.array([3, 1, 4, 0, 2])
