@@ -40,6 +40,7 @@ from adarl.config import AdarlConfig
 from adarl.driver.rollout_phase import PhaseParts
 from adarl.driver.step_loop import Driver, StepOutcome
 from adarl.evaluation import EvalKind, EvalResult, build_evaluator
+from adarl.evaluation.records import append_evaluation
 from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
@@ -481,6 +482,7 @@ class TrainingSession:
         with self.driver.timer.stage("eval", per_step=False):
             result = self.evaluator.evaluate(self.rollout, self.rewards, step=step, kind=kind)
         result.cost_metrics["timing/eval_s"] = time.perf_counter() - start
+        append_evaluation(self.run_dir, step=step, kind=kind, result=result)
         if result.completions:
             self.logger.log_completions(step, result.completions)
         return result

@@ -24,7 +24,7 @@ import numpy as np
 
 from adarl.bench.learning_records import (
     CURATION_ANCHORS,
-    GRPO_EXPERIMENT,
+    GRPO_EXPERIMENTS,
     RunRecord,
     grpo_best,
     mean_and_spread,
@@ -181,10 +181,14 @@ def coverage_targets(records: Sequence[RunRecord], *, default_arm: str = DEFAULT
     """The default's targets and the moonshot, per seed (module docstring); "" when the default
     or GRPO did not run."""
     by_arm = runs_by_arm(records)
-    grpo_arms = [a for a, runs in by_arm.items() if runs[0].experiment == GRPO_EXPERIMENT]
+    grpo_arms = [
+        a
+        for a, runs in by_arm.items()
+        if runs[0].experiment in GRPO_EXPERIMENTS and a != default_arm
+    ]
     if default_arm not in by_arm or not grpo_arms:
         return ""
-    best = grpo_best(records)
+    best = grpo_best(records, exclude=default_arm)
     top = k_max(records)
     rivals = [a for a in (*grpo_arms, *CURATION_ANCHORS) if a in by_arm and a != default_arm]
     mine = {r.seed: r for r in by_arm[default_arm]}
@@ -233,9 +237,10 @@ def coverage_targets(records: Sequence[RunRecord], *, default_arm: str = DEFAULT
 
 def moonshot_distance_table(records: Sequence[RunRecord]) -> str:
     """How far each arm ends from the moonshot: its pass@k_max minus the base's and its pass@1
-    minus GRPO-best's, per seed mean ± spread."""
+    minus GRPO-best's (the best GRPO arm other than the default), per seed mean ± spread."""
     by_arm = runs_by_arm(records)
-    best = grpo_best(records)
+    others = [a for a, runs in by_arm.items() if runs[0].experiment in GRPO_EXPERIMENTS]
+    best = grpo_best(records, exclude=DEFAULT_ARM if len(set(others) - {DEFAULT_ARM}) else None)
     top = k_max(records)
     best_p1 = {r.seed: _final(r, 1) for r in by_arm[best]}
     lines = [

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 
-from adarl.bench.learning_records import GRPO_EXPERIMENT, ReportData, load_run
+from adarl.bench.learning_records import GRPO_EXPERIMENTS, ReportData, load_run
 from adarl.bench.learning_report import headline_table, write_report
 
 # Paths relative to the checkout the command runs from (the outputs are committed there).
@@ -162,6 +162,62 @@ ARMS: tuple[Arm, ...] = (
 )
 
 
+# The seeds' objective on the anchored update (issue 43, docs/learning_log_family.md): the log-p
+# family, each estimator on UPDATE_M4_KL's update with its learning rate and KL coefficient
+# retuned, at n = 4 (64 prompts per step) and n = 8 at half the prompts (the same rollouts and
+# optimizer steps per step). Selection-corrected log p under uniform draws is not a separate
+# arm: on a uniform pool its advantages are MaxRL's, (n - K)/K and -1 (tests/unit/algo/
+# test_log_family.py).
+# Each family's experiment, and the overrides that make it the estimator (Ada-Est's advantage
+# under uniform draws has no experiment of its own: maxrl_anchored's with the advantage swapped).
+LOG_ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "maxrl": ("maxrl_anchored", ()),
+    "raft_pos": ("raft_log", ()),
+    "ada_est_u": ("maxrl_anchored", ("allocator.group.advantage=ada_est",)),
+}
+# (n, learning rate, KL coefficient) of the screen: the lr at the anchor's 0.1, the anchor at
+# the default's lr, and n = 8 at two learning rates.
+LOG_SCREEN_UPDATES: tuple[tuple[int, float, float], ...] = (
+    (4, 7.5e-5, 0.1),
+    (4, 1.5e-4, 0.1),
+    (4, 3e-4, 0.1),
+    (4, 1.5e-4, 0.03),
+    (4, 1.5e-4, 0.3),
+    (8, 1.5e-4, 0.1),
+    (8, 3e-4, 0.1),
+)
+
+
+def log_arm_label(estimator: str, n: int, lr: float, kl: float) -> str:
+    return f"{estimator}_n{n}_lr{lr:g}_kl{kl:g}"
+
+
+def _anchored_update(n: int, lr: float, kl: float) -> tuple[str, ...]:
+    return (
+        f"allocator.uniform_samples_per_prompt={n}",
+        f"allocator.prompts_per_step={256 // n}",
+        "learner.mini_batches_per_step=4",
+        f"learner.loss.kl_coef={kl:g}",
+        f"learner.learning_rate={lr:g}",
+    )
+
+
+LOG_SCREEN_ARMS: tuple[Arm, ...] = (
+    *(
+        Arm(
+            log_arm_label(name, n, lr, kl),
+            experiment,
+            (*overrides, *_anchored_update(n, lr, kl)),
+        )
+        for name, (experiment, overrides) in LOG_ESTIMATORS.items()
+        for n, lr, kl in LOG_SCREEN_UPDATES
+    ),
+    # GRPO itself at n = 8 on the same update (half the prompts): GRPO-best's other candidate.
+    Arm("grpo_anchored_n8", "grpo_anchored", _anchored_update(8, 1.5e-4, 0.1)),
+)
+ARMS = (*ARMS, *LOG_SCREEN_ARMS)
+
+
 def arm_by_label(label: str) -> Arm:
     for arm in ARMS:
         if arm.label == label:
@@ -198,7 +254,7 @@ class Setting:
     def validate(self) -> None:
         for label in self.arms:
             arm_by_label(label)
-        if not any(arm_by_label(label).experiment == GRPO_EXPERIMENT for label in self.arms):
+        if not any(arm_by_label(label).experiment in GRPO_EXPERIMENTS for label in self.arms):
             raise ValueError(
                 f"setting {self.name!r}: arms {list(self.arms)} include no GRPO arm; the "
                 "headline table needs one (add e.g. grpo_n4 with --arms)"
@@ -288,9 +344,32 @@ MAKE_RUN = Setting(
         "with an evaluation every 22.5k rollouts: 5-16 minutes per run here."
     ),
 )
-SETTINGS = {s.name: s for s in (REDUCED, MAKE_RUN)}
+LOG_SCREEN = Setting(
+    name="log_screen",
+    arms=("grpo_anchored", "grpo_anchored_n8", *(arm.label for arm in LOG_SCREEN_ARMS[:-1])),
+    seeds=1,
+    max_rollouts=40_000,
+    eval_every_rollouts=5_000,
+    eval_num_prompts=256,
+    eval_samples_per_prompt=8,
+    checkpoint_every_steps=50,
+    why=(
+        "The log_screen setting (issue 43): the log-p family (MaxRL, RAFT with positives "
+        "normalisation, Ada-Est's (r - r̄)/√r̄ under uniform draws) on make run's anchored update "
+        "(4 mini-batches per step), each at three learning rates with the KL anchor at 0.1, two "
+        "other anchors (0.03, 0.3) at 1.5e-4, and n = 8 at half the prompts per step at two "
+        "learning rates; against grpo_anchored and GRPO n = 8 on the same update. 40k training "
+        "rollouts on seed 0, as issue 38's screen: 2-3 minutes per run here."
+    ),
+)
+SETTINGS = {s.name: s for s in (REDUCED, MAKE_RUN, LOG_SCREEN)}
 # Where each setting's report goes by default: (docs file, per-run JSON, figures directory).
 OUTPUTS = {
+    LOG_SCREEN.name: (
+        Path("docs") / "learning_log_screen.md",
+        Path("docs") / "data" / "learning_log_screen.json",
+        FIGURES_DIR / "log_screen",
+    ),
     REDUCED.name: (DOCS_PATH, DATA_PATH, FIGURES_DIR),
     MAKE_RUN.name: (
         Path("docs") / "learning_make_run.md",

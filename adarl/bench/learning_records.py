@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 GRPO_EXPERIMENT = "grpo"  # arms of this experiment compete for GRPO-best
+# ... and of these: GRPO on make run's anchored update is the best-tuned GRPO baseline.
+GRPO_EXPERIMENTS = (GRPO_EXPERIMENT, "grpo_anchored")
 CURATED_ARM = "ada_curated"  # adarl's history-aware arm (issue 19)
 CURATION_ANCHORS = ("greso", "knapsack_grpo")  # the published curation arms (issue 19)
 # p̃ bins in the order the allocator logs them (adarl/allocator/metrics.py PASS_RATE_BINS).
@@ -355,12 +357,13 @@ def runs_by_arm(records: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
     return {arm: sorted(runs, key=lambda r: r.seed) for arm, runs in out.items()}
 
 
-def grpo_best(records: Sequence[RunRecord]) -> str:
-    """The GRPO arm with the highest mean final accuracy over its seeds."""
+def grpo_best(records: Sequence[RunRecord], *, exclude: str | None = None) -> str:
+    """The GRPO arm with the highest mean final accuracy over its seeds (other than `exclude`:
+    the arm compared with GRPO-best, when it is a GRPO arm itself)."""
     grpo = {
         arm: mean_and_spread(r.final_accuracy for r in runs)[0]
         for arm, runs in runs_by_arm(records).items()
-        if runs[0].experiment == GRPO_EXPERIMENT
+        if runs[0].experiment in GRPO_EXPERIMENTS and arm != exclude
     }
     if not grpo:
         raise ValueError("no GRPO arm among the runs: GRPO-best is undefined; add a grpo arm")

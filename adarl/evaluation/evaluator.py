@@ -120,6 +120,10 @@ class EvalResult:
     # task's verifier (adarl/tasks/baselines.py): learning means beating it. None without one.
     best_constant: ConstantAnswer | None = None
     constant_rewards: list[float] = field(default_factory=list)  # [P] its reward per prompt
+    # [P] distinct correct responses per prompt (by text): coverage of solutions, not of prompts
+    distinct_correct: list[int] = field(default_factory=list)
+    response_tokens: list[float] = field(default_factory=list)  # [P] mean response tokens
+    prompt_ids: list[str] = field(default_factory=list)  # [P] the prompts, in this order
 
     @property
     def ks(self) -> tuple[int, ...]:
@@ -235,6 +239,10 @@ class EvalResult:
                     out[f"eval/guess_pass@{k}"] = guess[k]
                     out[f"eval/pass@{k}_above_guess"] = value - guess[k]
             out["eval/coverage"] = self.coverage
+            if self.distinct_correct:
+                out["eval/distinct_correct_per_prompt"] = float(np.mean(self.distinct_correct))
+            if self.response_tokens:
+                out["eval/response_tokens_mean"] = float(np.mean(self.response_tokens))
             for level in sorted(set(self.levels), key=_level_key):
                 level_guess = self.guess_pass_at_k(level=level)
                 for k, value in self.pass_at_k(level=level).items():
@@ -317,7 +325,7 @@ class Evaluator:
         if n < 1:
             raise ValueError(f"an evaluation draws at least one sample per prompt (got {n})")
         rewards.metrics()  # opens the reward pool's window: the counters below are eval only
-        scores, correct, scored = self._sample(
+        scores, correct, scored, solutions = self._sample(
             rollout,
             rewards,
             step=step,
@@ -368,6 +376,9 @@ class Evaluator:
             guess_rates=list(self.guess_rates),
             best_constant=self.best_constant,
             constant_rewards=list(self.constant_rewards),
+            distinct_correct=solutions.distinct_correct,
+            response_tokens=solutions.response_tokens,
+            prompt_ids=[example.prompt_id for example in self.examples],
         )
 
     def _sample(
@@ -379,8 +390,9 @@ class Evaluator:
         num_samples: int,
         sampling: SamplingParams,
         tag: str,
-    ) -> tuple[list[float], list[int], list[tuple[TaskExample, ScoredRollout]]]:
-        """Mean reward and correct count per prompt, and each prompt's first scored sample."""
+    ) -> tuple[list[float], list[int], list[tuple[TaskExample, ScoredRollout]], _Solutions]:
+        """Mean reward and correct count per prompt, each prompt's first scored sample, and its
+        distinct correct responses and mean response length."""
         requests = [
             PromptRequest(
                 request_id=f"eval-{tag}-{step}-{index}",
@@ -404,6 +416,7 @@ class Evaluator:
         per_prompt: list[float] = []
         correct: list[int] = []
         shown: list[tuple[TaskExample, ScoredRollout]] = []
+        solutions = _Solutions(distinct_correct=[], response_tokens=[])
         offset = 0
         for request, prompt_rollouts in zip(requests, rollouts, strict=True):
             scored = scored_all[offset : offset + len(prompt_rollouts)]
@@ -414,9 +427,22 @@ class Evaluator:
                     f"{request.example.prompt_id!r} and got {len(scored)}: pass@k needs them all"
                 )
             per_prompt.append(float(np.mean([s.reward for s in scored])))
-            correct.append(sum(1 for s in scored if s.reward >= _CORRECT_REWARD))
+            right = [s.rollout.completion.text for s in scored if s.reward >= _CORRECT_REWARD]
+            correct.append(len(right))
+            solutions.distinct_correct.append(len(set(right)))
+            solutions.response_tokens.append(
+                float(np.mean([len(s.rollout.completion.token_ids) for s in scored]))
+            )
             shown.extend((request.example, s) for s in scored[:1])
-        return per_prompt, correct, shown
+        return per_prompt, correct, shown, solutions
+
+
+@dataclass(frozen=True)
+class _Solutions:
+    """Per prompt: distinct correct response texts, mean response length in tokens."""
+
+    distinct_correct: list[int]
+    response_tokens: list[float]
 
 
 # A sample counts as correct for pass@k when its reward is full credit. Verifier rewards are 0/1

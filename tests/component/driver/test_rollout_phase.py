@@ -247,3 +247,25 @@ def test_the_allocator_is_called_once_per_wave_with_start_and_finish_riding_alon
     assert allocator.calls == {"update": waves + 1}
     assert phase.result.metrics["perf/allocator_calls"] == waves + 1
     assert phase.result.metrics["sampling/engine_utilisation"] > 0.0
+
+
+def test_an_evaluation_keeps_its_per_prompt_counts(world, tmp_path) -> None:
+    """Every held-out prompt's counts, in prompt order: 4 of 4 correct, one distinct correct
+    text (the fake engine writes the answer), the answer's length in tokens (+ end of sequence);
+    evaluations.jsonl keeps the last row of a (step, kind) written twice (a resumed run)."""
+    from adarl.evaluation.records import append_evaluation, read_evaluations
+
+    _, held_out, codec, rollout, rewards = world
+    result = _evaluator(held_out, codec).evaluate(rollout, rewards, step=0, kind=EvalKind.BASE)
+    assert result.prompt_ids == [e.prompt_id for e in held_out]
+    assert result.correct == [4] * 8 and result.distinct_correct == [1] * 8
+    lengths = [len(e.answer) for e in held_out]
+    assert all(tokens >= length for tokens, length in zip(result.response_tokens, lengths))
+    assert result.metrics()["eval/distinct_correct_per_prompt"] == 1.0
+    append_evaluation(tmp_path, step=0, kind=EvalKind.BASE, result=result)
+    again = dataclasses.replace(result, correct=[3] * 8)
+    append_evaluation(tmp_path, step=0, kind=EvalKind.BASE, result=again)
+    append_evaluation(tmp_path, step=5, kind=EvalKind.FINAL, result=result)
+    rows = read_evaluations(tmp_path)
+    assert [(r["step"], r["kind"]) for r in rows] == [(0, "base"), (5, "final")]
+    assert rows[0]["correct"] == [3] * 8 and rows[0]["levels"] == result.levels
