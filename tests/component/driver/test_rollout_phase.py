@@ -260,7 +260,9 @@ def test_an_evaluation_keeps_its_per_prompt_counts(world, tmp_path) -> None:
     assert result.prompt_ids == [e.prompt_id for e in held_out]
     assert result.correct == [4] * 8 and result.distinct_correct == [1] * 8
     lengths = [len(e.answer) for e in held_out]
-    assert all(tokens >= length for tokens, length in zip(result.response_tokens, lengths))
+    assert all(
+        tokens >= length for tokens, length in zip(result.response_tokens, lengths, strict=True)
+    )
     assert result.metrics()["eval/distinct_correct_per_prompt"] == 1.0
     append_evaluation(tmp_path, step=0, kind=EvalKind.BASE, result=result)
     again = dataclasses.replace(result, correct=[3] * 8)
