@@ -31,6 +31,7 @@ from adarl.bench.learning_records import (
     runs_by_arm,
     seed_band,
 )
+from adarl.evaluation.evaluator import level_key
 
 # The arm whose experiment `make run` runs (tests/unit/bench/test_coverage_report.py ties them).
 DEFAULT_ARM = "grpo_anchored"
@@ -137,7 +138,7 @@ def by_level_table(records: Sequence[RunRecord]) -> str:
     by_arm = runs_by_arm(records)
     top = k_max(records)
     levels = sorted(
-        {lv for r in records for lv in r.evals[-1].pass_at_k_by_difficulty}, key=_level_key
+        {lv for r in records for lv in r.evals[-1].pass_at_k_by_difficulty}, key=level_key
     )
     if not levels:
         return "(the runs logged no pass@k by level)\n"
@@ -168,13 +169,6 @@ def by_level_table(records: Sequence[RunRecord]) -> str:
             + " |"
         )
     return "\n".join(lines) + "\n"
-
-
-def _level_key(level: str) -> tuple[int, float, str]:
-    try:
-        return (0, float(level), level)
-    except ValueError:
-        return (1, 0.0, level)
 
 
 def coverage_targets(records: Sequence[RunRecord], *, default_arm: str = DEFAULT_ARM) -> str:

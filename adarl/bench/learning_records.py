@@ -78,6 +78,29 @@ class EvalPoint:
 
 
 @dataclass
+class PromptCounts:
+    """One evaluation prompt by prompt (adarl/evaluation/records.py): lists aligned by prompt."""
+
+    samples: int  # samples drawn per prompt
+    prompt_ids: list[str]
+    levels: list[str]
+    correct: list[int]
+    distinct_correct: list[int] = field(default_factory=list)
+    response_tokens: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> PromptCounts:
+        return cls(
+            samples=int(row["samples_per_prompt"]),
+            prompt_ids=list(row["prompt_ids"]),
+            levels=list(row["levels"]),
+            correct=[int(c) for c in row["correct"]],
+            distinct_correct=[int(c) for c in row.get("distinct_correct", [])],
+            response_tokens=[float(t) for t in row.get("response_tokens", [])],
+        )
+
+
+@dataclass
 class RunRecord:
     """What the report needs from one run, small enough to commit for every run."""
 
@@ -98,6 +121,12 @@ class RunRecord:
     timing_s: dict[str, float]  # Σ over training steps of every per-step `timing/<name>_s`
     # Σ over training steps of the hint stage's metrics (`HINT_METRICS`); empty without hints.
     hints: dict[str, float] = field(default_factory=dict)
+    # Optimizer steps per training step (learner.mini_batches_per_step × epochs_per_step).
+    optimizer_steps_per_step: int = 1
+    # The base and final evaluations prompt by prompt (RUN_DIR/evaluations.jsonl); None for
+    # runs from before it existed (paired comparisons then show nothing for them).
+    base_prompts: PromptCounts | None = None
+    final_prompts: PromptCounts | None = None
 
     @property
     def final_accuracy(self) -> float:
@@ -110,10 +139,17 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         return _rounded(asdict(self))
 
+    @property
+    def optimizer_steps(self) -> int:
+        return self.steps * self.optimizer_steps_per_step
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
         values = dict(data)
         values["evals"] = [EvalPoint(**e) for e in data["evals"]]
+        for key in ("base_prompts", "final_prompts"):
+            if values.get(key) is not None:
+                values[key] = PromptCounts(**values[key])
         return cls(**values)
 
 
@@ -265,7 +301,34 @@ def load_run(run_dir: Path, *, arm: str, experiment: str, seed: int) -> RunRecor
             "`python -m adarl.bench learning` with the same settings to finish it"
         )
     rows = read_metrics_jsonl(run_dir / "metrics.jsonl")
-    return record_from_rows(rows, arm=arm, experiment=experiment, seed=seed)
+    record = record_from_rows(rows, arm=arm, experiment=experiment, seed=seed)
+    record.optimizer_steps_per_step = _optimizer_steps_per_step(run_dir)
+    base, final = _base_and_final_prompts(run_dir)
+    record.base_prompts, record.final_prompts = base, final
+    return record
+
+
+def _optimizer_steps_per_step(run_dir: Path) -> int:
+    """learner.mini_batches_per_step × epochs_per_step of the run's resolved config.yaml."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return 1
+    learner = (yaml.safe_load(path.read_text()) or {}).get("learner", {})
+    return int(learner.get("mini_batches_per_step", 1)) * int(learner.get("epochs_per_step", 1))
+
+
+def _base_and_final_prompts(run_dir: Path) -> tuple[PromptCounts | None, PromptCounts | None]:
+    from adarl.evaluation.records import read_evaluations
+
+    rows = read_evaluations(run_dir)
+    base = next((r for r in rows if r["kind"] == "base"), None)
+    final = next((r for r in reversed(rows) if r["kind"] == "final"), None)
+    return (
+        None if base is None else PromptCounts.from_row(base),
+        None if final is None else PromptCounts.from_row(final),
+    )
 
 
 # -- statistics over seeds (pure) ---------------------------------------------------------------

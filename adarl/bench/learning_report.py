@@ -26,7 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from adarl.bench.coverage_report import coverage_section, has_pass_at_k, plot_coverage
+from adarl.bench.coverage_report import (
+    DEFAULT_ARM,
+    coverage_section,
+    has_pass_at_k,
+    plot_coverage,
+)
 from adarl.bench.docs_section import paragraph, write_section
 from adarl.bench.learning_records import (
     AXES,
@@ -45,6 +50,7 @@ from adarl.bench.learning_records import (
     seed_band,
     verdict,
 )
+from adarl.bench.paired_report import paired_section
 
 SECTION_TITLE = "## Learning"
 CURATION_RATIO = 0.5  # target: GRPO-best's final accuracy with at most this share of its x
@@ -652,6 +658,7 @@ def docs_section(
     def link(name: str) -> str:
         return os.path.relpath(figures[name], docs_path.parent)
 
+    paired = paired_section(records, DEFAULT_ARM if DEFAULT_ARM in by_arm else best)
     target_line = ""
     if "ada_seq_balance" in by_arm and best != "ada_seq_balance":
         said = verdict(reaches["ada_seq_balance"], reaches[best])
@@ -699,7 +706,7 @@ machine: read it as indicative.
 
 ### Headline
 
-{target_line}{headline}{coverage_section(records, figures, docs_path)}
+{target_line}{headline}{coverage_section(records, figures, docs_path)}{paired}
 ### Curves
 
 ![accuracy against steps, rollouts, tokens and wall time]({link("curves")})

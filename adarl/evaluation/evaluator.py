@@ -171,7 +171,7 @@ class EvalResult:
 
     def table(self) -> dict[str, Any]:
         """The JSON summary of this evaluation (summary.json, `python -m adarl.evaluate`)."""
-        levels = sorted(set(self.levels), key=_level_key)
+        levels = sorted(set(self.levels), key=level_key)
         guess = self.guess_pass_at_k()
         return {
             "num_prompts": self.num_prompts,
@@ -243,7 +243,7 @@ class EvalResult:
                 out["eval/distinct_correct_per_prompt"] = float(np.mean(self.distinct_correct))
             if self.response_tokens:
                 out["eval/response_tokens_mean"] = float(np.mean(self.response_tokens))
-            for level in sorted(set(self.levels), key=_level_key):
+            for level in sorted(set(self.levels), key=level_key):
                 level_guess = self.guess_pass_at_k(level=level)
                 for k, value in self.pass_at_k(level=level).items():
                     out[f"eval/pass@{k}_by_difficulty/{level}"] = value
@@ -254,7 +254,7 @@ class EvalResult:
         return {**out, **self.cost_metrics}
 
 
-def _level_key(level: str) -> tuple[int, float, str]:
+def level_key(level: str) -> tuple[int, float, str]:
     """Numeric levels in numeric order, then the rest by name."""
     try:
         return (0, float(level), "")
@@ -368,7 +368,7 @@ class Evaluator:
             ],
             accuracy_by_difficulty={
                 level: float(np.mean(values))
-                for level, values in sorted(by_level.items(), key=lambda kv: _level_key(kv[0]))
+                for level, values in sorted(by_level.items(), key=lambda kv: level_key(kv[0]))
             },
             cost_metrics=eval_reward_metrics(rewards.metrics()),
             correct=correct,
