@@ -249,6 +249,7 @@ def run_evaluation(plan: EvaluationPlan, *, library_log: Path) -> tuple[EvalResu
     `library_log`, and this command's own lines to the console."""
     from adarl.cluster import library_output_to
     from adarl.evaluation import EvalKind, level_names
+    from adarl.evaluation.records import evaluation_row
     from adarl.models.loading import load_tokenizer, policy_tokenizer, resolve_model_config
     from adarl.reward.registry import build_reward_pool
     from adarl.rollout.pool import build_rollout_pool
@@ -323,6 +324,8 @@ def run_evaluation(plan: EvaluationPlan, *, library_log: Path) -> tuple[EvalResu
         # pass@1 minus the best constant answer's, paired by prompt (None without one).
         "lead_over_best_constant": result.lead_over_best_constant(),
         "level_names": level_names(config.task),  # the table's difficulty labels, named
+        # The same prompt by prompt, as a run's evaluations.jsonl holds it (adarl.bench regime).
+        "evaluation_row": evaluation_row(step=plan.step or 0, kind=EvalKind.FINAL, result=result),
         "per_prompt": [
             {"prompt_id": example.prompt_id, "level": level, "correct": correct}
             for example, level, correct in zip(

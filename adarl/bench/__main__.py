@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, str] = {
     "sampler": "adarl.bench.sampler_cli",  # streaming sequential sampling vs rounds vs uniform
     "objective": "adarl.bench.bandit",  # exact bandits: does a config optimise what it declares
     "learning": "adarl.bench.learning",  # accuracy per rollout / token / second, arms × seeds
+    "regime": "adarl.bench.regime",  # a task's pass-rate spectrum, one-sided groups, lengths
     "overhead": "adarl.bench.overhead",  # share of step time outside the real work
     "soak": "adarl.bench.soak",  # RSS of every process of a long run: memory stays flat
     "dro": "adarl.bench.dro",  # R3 vs the exact verifier, the variance filter, scoring cost
