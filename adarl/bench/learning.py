@@ -362,9 +362,32 @@ LOG_SCREEN = Setting(
         "rollouts on seed 0, as issue 38's screen: 2-3 minutes per run here."
     ),
 )
-SETTINGS = {s.name: s for s in (REDUCED, MAKE_RUN, LOG_SCREEN)}
+# The screen's best RAFT-positives and best MaxRL arm (docs/learning_log_family.md), confirmed
+# against grpo_anchored at make run's budget.
+LOG_FINALISTS = ("raft_pos_n4_lr0.00015_kl0.1", "maxrl_n4_lr7.5e-05_kl0.1")
+LOG_FINALS = Setting(
+    name="log_finals",
+    arms=("grpo_anchored", *LOG_FINALISTS),
+    seeds=3,
+    max_rollouts=180_000,
+    eval_every_rollouts=22_500,
+    eval_num_prompts=256,
+    eval_samples_per_prompt=8,
+    checkpoint_every_steps=50,
+    why=(
+        "The log_finals setting (issue 43): the log_screen's best arm of RAFT-positives and of "
+        "MaxRL against grpo_anchored at make run's 180k training rollouts, 3 seeds, an "
+        "evaluation every 22.5k rollouts (64 samples per prompt at the start and the end)."
+    ),
+)
+SETTINGS = {s.name: s for s in (REDUCED, MAKE_RUN, LOG_SCREEN, LOG_FINALS)}
 # Where each setting's report goes by default: (docs file, per-run JSON, figures directory).
 OUTPUTS = {
+    LOG_FINALS.name: (
+        Path("docs") / "learning_log_finals.md",
+        Path("docs") / "data" / "learning_log_finals.json",
+        FIGURES_DIR / "log_finals",
+    ),
     LOG_SCREEN.name: (
         Path("docs") / "learning_log_screen.md",
         Path("docs") / "data" / "learning_log_screen.json",
