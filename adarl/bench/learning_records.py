@@ -20,7 +20,9 @@ Definitions (adarl/bench/learning_report.py's docs section repeats them):
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,12 +79,30 @@ class EvalPoint:
         return table.get(str(k))
 
 
+def _numbers_inline(text: str) -> str:
+    """Lists of numbers on one line each (indent=1 puts every element on its own line: the
+    per-prompt counts of a report would take a line per prompt)."""
+    return _NUMBER_LIST.sub(
+        lambda m: "[" + ", ".join(m.group(1).split()).replace(",,", ",") + "]", text
+    )
+
+
+_NUMBER_LIST = re.compile(r"\[\s*((?:-?[\d.e+-]+,?\s*)+)\]")
+
+
+def prompt_set(prompt_ids: Sequence[str]) -> str:
+    """A digest of an evaluation's prompts in order: two evaluations pair iff their digests do."""
+    digest = hashlib.sha256("\0".join(prompt_ids).encode()).hexdigest()[:16]
+    return f"{len(prompt_ids)}:{digest}"
+
+
 @dataclass
 class PromptCounts:
-    """One evaluation prompt by prompt (adarl/evaluation/records.py): lists aligned by prompt."""
+    """One evaluation prompt by prompt (adarl/evaluation/records.py): lists aligned by prompt;
+    the prompts themselves as a digest (`prompt_set`), which is all pairing needs."""
 
     samples: int  # samples drawn per prompt
-    prompt_ids: list[str]
+    prompts: str  # prompt_set(prompt ids)
     levels: list[str]
     correct: list[int]
     distinct_correct: list[int] = field(default_factory=list)
@@ -92,11 +112,11 @@ class PromptCounts:
     def from_row(cls, row: Mapping[str, Any]) -> PromptCounts:
         return cls(
             samples=int(row["samples_per_prompt"]),
-            prompt_ids=list(row["prompt_ids"]),
+            prompts=prompt_set(row["prompt_ids"]),
             levels=list(row["levels"]),
             correct=[int(c) for c in row["correct"]],
             distinct_correct=[int(c) for c in row.get("distinct_correct", [])],
-            response_tokens=[float(t) for t in row.get("response_tokens", [])],
+            response_tokens=[round(float(t), 1) for t in row.get("response_tokens", [])],
         )
 
 
@@ -491,7 +511,7 @@ class ReportData:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        path.write_text(_numbers_inline(json.dumps(self.to_json(), indent=1)) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> ReportData:

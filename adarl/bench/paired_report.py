@@ -47,11 +47,11 @@ def paired_difference(
     arm: PromptCounts, reference: PromptCounts, *, k: int, level: str | None = None
 ) -> Paired:
     """Δ pass@k over the prompts (of one level) both evaluations drew (module docstring)."""
-    if arm.prompt_ids != reference.prompt_ids or arm.samples != reference.samples:
+    if arm.prompts != reference.prompts or arm.samples != reference.samples:
         raise ValueError(
             "a paired difference needs the same prompts and samples per prompt in both "
-            f"evaluations (got {len(arm.prompt_ids)} prompts × {arm.samples} and "
-            f"{len(reference.prompt_ids)} × {reference.samples})"
+            f"evaluations (got prompts {arm.prompts} × {arm.samples} and "
+            f"{reference.prompts} × {reference.samples})"
         )
     if k > arm.samples:
         raise ValueError(f"pass@{k} needs at least {k} samples per prompt, got {arm.samples}")

@@ -123,9 +123,18 @@ def check_worked_responses(config: AdarlConfig) -> None:
     """A built-in tiny policy taught to write its worked solution (`model.tiny.sft_response=
     worked`) is scored on the answer after the last "=" and needs room for the whole solution."""
     model = config.model
-    if model.name_or_path != TINY_ARITHMETIC or model.tiny.sft_response != "worked":
+    if model.name_or_path != TINY_ARITHMETIC or model.tiny.sft_response == "answer":
         return
-    marker = config.reward.exact_match.answer_marker
+    reward = config.reward.exact_match
+    marker = "=" if reward.check_arithmetic_work else reward.answer_marker
+    if model.tiny.sft_response == "steps":
+        if marker != "=":
+            raise ValueError(
+                "model.tiny.sft_response=steps: the policy writes its steps (47+38=85,85+15=100) "
+                f"but reward.exact_match.answer_marker={marker!r} scores the whole response; set "
+                "reward.exact_match.check_arithmetic_work=true (task=worked sets it)"
+            )
+        return
     if marker != "=":
         raise ValueError(
             "model.tiny.sft_response=worked: the policy writes its worked solution "

@@ -51,9 +51,19 @@ tiny model is always built and cached in float32.
         the policy's own solution). "worked" needs `reward.exact_match.answer_marker="="` and
         responses of up to ~34 tokens; the preset `model=tiny_worked` sets all three. On another
         task "worked" teaches each example's reference solution (`task.fields.reference_solution`).
+        "steps": the built-in task's reference steps as given, one `a<op>b=c` per operation in
+        evaluation order (`47+38=85,85+15=100`; a one-step problem is its one step), scored on
+        the answer after the last "=" (`task=worked` sets it up).
     sft_hinted_share: share of the warm start's task pairs shown with a hint of a random usable
         level (adarl/models/hint_warm_start.py), so hinted prompts are a format the policy knows.
         The built-in task only (its hints are arithmetic).
+    sft_hinted_levels: names of the built-in task's levels the warm start never shows whole:
+        each of their pairs shows a prefix of the steps as a hint (1 to n-2 of n steps) and the
+        whole solution as the response, so the policy has written those lengths only after
+        being given their start (the worked task's gap: `task=worked`). [] = none.
+    sft_length_buckets: batch pairs of similar length together (less padding: about 3x faster on
+        the worked task, whose responses run from 9 to 77 tokens); false keeps the recipe's
+        batches as they always were (the built-in default's weights unchanged).
     sft_seed: seed of the warm-start data (i.i.d. train-split draws) and their order.
     sft_num_threads: torch threads during the warm start (1 keeps it fair on shared cores).
 """
@@ -63,7 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TINY_ARITHMETIC = "adarl/tiny-arithmetic"
-SFT_RESPONSES = ("answer", "worked")
+SFT_RESPONSES = ("answer", "worked", "steps")
 # Longest worked solution of the default arithmetic mix, in characters (= tokens of the character
 # tokenizer) with <eos>: 86*90=7740,86*4=344,7740+344=8084 (checked by enumeration in the tests).
 WORKED_RESPONSE_TOKENS = 34
@@ -89,6 +99,8 @@ class TinyModelConfig:
     sft_weight_decay: float = 0.01
     sft_response: str = "answer"
     sft_hinted_share: float = 0.25
+    sft_hinted_levels: list[str] = field(default_factory=list)
+    sft_length_buckets: bool = False
     sft_seed: int = 0
     sft_num_threads: int = 1
     sft_max_steps: int = 10_000

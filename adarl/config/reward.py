@@ -21,6 +21,11 @@ Which verifier scores an example is the task's choice (`task.verifier`, stamped 
     answer_marker: None (default): the whole response is the answer. A string: the answer is
         what follows its last occurrence, and a response without it is wrong; "=" for the
         built-in task's worked format (`model=tiny_worked`), "#### " for GSM8K-style answers.
+    check_arithmetic_work: the built-in arithmetic task with worked responses (`task=worked`):
+        score the answer after the last "=" and also check the steps before it
+        (adarl/reward/arithmetic_work.py); a right answer reached by malformed work still
+        scores 1 and is counted (`sampling/reward_malformed_correct`). Implies
+        answer_marker "=".
 
 `MathConfig`
     max_answer_chars: responses longer than this are refused unparsed (reward 0, an error), a
@@ -60,10 +65,16 @@ class ExactMatchConfig:
     )
 
     answer_marker: str | None = None
+    check_arithmetic_work: bool = False
 
     def validate(self) -> None:
         if any(not marker for marker in self.end_markers):
             raise ValueError("reward.exact_match.end_markers must not contain an empty string")
+        if self.check_arithmetic_work and self.answer_marker not in (None, "="):
+            raise ValueError(
+                "reward.exact_match.check_arithmetic_work reads the answer after the last '=', "
+                f"but answer_marker={self.answer_marker!r}; set answer_marker='=' or null"
+            )
         if self.answer_marker == "":
             raise ValueError(
                 "reward.exact_match.answer_marker is empty; set null (the whole response is the "

@@ -47,20 +47,36 @@ Pair = tuple[str, str]
 HINT_MODE_ROWS_PER_STEP = 16
 
 
-def response_text(example: TaskExample, *, worked: bool) -> str:
-    """What the policy is taught to write: the answer, or the worked solution ending in it."""
+def response_text(example: TaskExample, *, worked: bool, steps: bool = False) -> str:
+    """What the policy is taught to write: the answer, the worked solution ending in it, or
+    (`steps`) the reference solution's steps as given, one per operation in evaluation order
+    (`12+7=19,19+3=22`: no place-value split of a one-step problem)."""
+    if steps:
+        return example.reference_solution or example.answer
     return worked_solution(example) if worked else example.answer
 
 
+def prefix_hinted_pair(example: TaskExample, rng: np.random.Generator) -> Pair | None:
+    """(prompt + the first j of its n reference steps as a hint, all n steps), j uniform in
+    1..n-2: the warm start's only view of a level it never shows whole
+    (`model.tiny.sft_hinted_levels`); None for a solution of fewer than 3 steps."""
+    steps = (example.reference_solution or "").split(",")
+    if len(steps) < 3:
+        return None
+    shown = int(rng.integers(1, len(steps) - 1))
+    return example.prompt + render_hint(",".join(steps[:shown])), ",".join(steps)
+
+
 def hinted_task_pair(
-    example: TaskExample, rng: np.random.Generator, *, worked: bool = False
+    example: TaskExample, rng: np.random.Generator, *, worked: bool = False, steps: bool = False
 ) -> Pair | None:
     """(prompt + shown hint, response) at a uniformly drawn usable level; None if it has none."""
     usable = {k: v for k, v in template_levels(example).items() if v is not None}
     if not usable:
         return None
     level = sorted(usable)[int(rng.integers(len(usable)))]
-    return example.prompt + render_hint(usable[level]), response_text(example, worked=worked)
+    response = response_text(example, worked=worked, steps=steps)
+    return example.prompt + render_hint(usable[level]), response
 
 
 def hint_mode_pair(example: TaskExample) -> Pair | None:
@@ -78,17 +94,31 @@ def task_pairs_with_hints(
     share: float,
     seed: int,
     worked: bool = False,
+    steps: bool = False,
+    prefix_hinted_levels: frozenset[float] = frozenset(),
 ) -> list[Pair]:
     """One (prompt, response) pair per example, in order; each example is shown hinted with
-    probability `share` (when it has a usable level), else bare. The response is the answer, or
-    the worked solution with `worked`."""
+    probability `share` (when it has a usable level), else bare. The response is the answer, the
+    worked solution with `worked`, or the reference steps with `steps`. An example whose
+    difficulty is in `prefix_hinted_levels` is never shown whole: always with a prefix of its
+    steps as the hint (`prefix_hinted_pair`; dropped if it has fewer than 3 steps)."""
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"hinted share must be in [0, 1], got {share}")
     rng = np.random.default_rng([seed, 4111])
+    prefix_rng = np.random.default_rng([seed, 4127])  # the other pairs draw as they always did
     pairs = []
     for example in examples:
-        hinted = hinted_task_pair(example, rng, worked=worked) if rng.random() < share else None
-        pairs.append(hinted or (example.prompt, response_text(example, worked=worked)))
+        if example.difficulty in prefix_hinted_levels:
+            pair = prefix_hinted_pair(example, prefix_rng)
+            if pair is not None:
+                pairs.append(pair)
+            continue
+        hinted = (
+            hinted_task_pair(example, rng, worked=worked, steps=steps)
+            if rng.random() < share
+            else None
+        )
+        pairs.append(hinted or (example.prompt, response_text(example, worked=worked, steps=steps)))
     return pairs
 
 
@@ -118,6 +148,7 @@ def hint_data_fingerprint() -> str:
     for function in (
         response_text,
         hinted_task_pair,
+        prefix_hinted_pair,
         hint_mode_pair,
         task_pairs_with_hints,
         arithmetic_hint_mode_auxiliary,

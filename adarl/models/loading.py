@@ -118,7 +118,28 @@ def _arithmetic_pairs(
         share=tiny.sft_hinted_share,
         seed=tiny.sft_seed,
         worked=tiny.sft_response == "worked",
+        steps=tiny.sft_response == "steps",
+        prefix_hinted_levels=_prefix_hinted_levels(tiny, split),
     )
+
+
+def _prefix_hinted_levels(
+    tiny: TinyModelConfig, split: dict[str, object] | None
+) -> frozenset[float]:
+    """The difficulties (level indices) of the levels `model.tiny.sft_hinted_levels` names."""
+    if not tiny.sft_hinted_levels:
+        return frozenset()
+    from adarl.tasks.arithmetic import DEFAULT_LEVELS
+
+    levels = (split or {}).get("levels", DEFAULT_LEVELS)
+    names = [level.name for level in levels]  # type: ignore[attr-defined]
+    unknown = sorted(set(tiny.sft_hinted_levels) - set(names))
+    if unknown:
+        raise ValueError(
+            f"model.tiny.sft_hinted_levels names {unknown}, which are not levels of the task "
+            f"(its levels: {names}); name levels of task.arithmetic.levels"
+        )
+    return frozenset(float(i) for i, name in enumerate(names) if name in tiny.sft_hinted_levels)
 
 
 def _arithmetic_fingerprint(split: dict[str, object] | None = None) -> str:
@@ -363,7 +384,7 @@ def check_policy_lengths(
     taught with `sft_response=worked`) need more tokens than the run generates, or whose prompts
     leave no room for them, naming the longest of each and the keys that fix it."""
     tiny = config.model.name_or_path == TINY_ARITHMETIC
-    worked = tiny and config.model.tiny.sft_response == "worked"
+    worked = tiny and config.model.tiny.sft_response in ("worked", "steps")
     examples = [*train, *test]
     if not examples:
         return

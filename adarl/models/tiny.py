@@ -147,12 +147,17 @@ def warm_start(
     weight_decay: float,
     seed: int,
     auxiliary: Sequence[AuxiliaryPairs] = (),
+    length_buckets: bool = False,
 ) -> WarmStartStats:
     """Supervised training on `pairs` (prompt, answer); loss on the answer and `<eos>` only.
 
     Each `auxiliary` set (e.g. the hint formats, adarl/models/hint_warm_start.py) is trained
     alongside: every step adds the mean answer loss of `batch_size` of its pairs to the task
-    pairs' loss. The task pairs are drawn in the same order with or without them."""
+    pairs' loss. The task pairs are drawn in the same order with or without them.
+
+    `length_buckets`: each batch holds pairs of similar length (`_Batches`), so a batch pads to
+    little more than its pairs' own length: the same pairs once per epoch, in another grouping
+    (for tasks whose lengths vary several-fold, e.g. the worked task: 3x faster there)."""
     if steps > 0 and not pairs:
         raise ValueError("warm start got no (prompt, answer) pairs; check the task's train split")
     encoded = _encode_checked(model, tokenizer, pairs)
@@ -178,7 +183,7 @@ def warm_start(
         return 0.05 + 0.95 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    batches = _Batches(encoded, batch_size, seed=seed)
+    batches = _Batches(encoded, batch_size, seed=seed, length_buckets=length_buckets)
     losses: list[float] = []
     aux_losses: list[list[float]] = [[] for _ in auxiliary]
     model.train()
@@ -216,17 +221,47 @@ def warm_start(
 
 
 class _Batches:
-    """Batches of `size` from `rows` in seeded random order, a fresh permutation per epoch."""
+    """Batches of `size` from `rows` in seeded random order, a fresh permutation per epoch.
 
-    def __init__(self, rows: list[tuple[list[int], list[int]]], size: int, *, seed: int) -> None:
-        self._rows, self._size = rows, size
+    With `length_buckets`, each epoch's permutation is cut into windows of `BUCKET_BATCHES`
+    batches, each window sorted by length and cut into batches, and the batches shuffled: a
+    batch's pairs are close in length (little padding) and every pair is still seen once per
+    epoch."""
+
+    BUCKET_BATCHES = 32
+
+    def __init__(
+        self,
+        rows: list[tuple[list[int], list[int]]],
+        size: int,
+        *,
+        seed: int,
+        length_buckets: bool = False,
+    ) -> None:
+        self._rows, self._size, self._buckets = rows, size, length_buckets
         self._generator = torch.Generator().manual_seed(seed)
-        self._order = torch.randperm(len(rows), generator=self._generator)
+        self._order = self._epoch()
         self._cursor = 0
+
+    def _epoch(self) -> torch.Tensor:
+        order = torch.randperm(len(self._rows), generator=self._generator)
+        if not self._buckets:
+            return order
+        window = self._size * self.BUCKET_BATCHES
+        batches: list[torch.Tensor] = []
+        for start in range(0, len(order), window):
+            chunk = order[start : start + window].tolist()
+            chunk.sort(key=lambda i: len(self._rows[i][0]) + len(self._rows[i][1]))
+            batches += [
+                torch.tensor(chunk[i : i + self._size]) for i in range(0, len(chunk), self._size)
+            ]
+        full = [b for b in batches if len(b) == self._size]  # a short tail waits for next epoch
+        shuffled = torch.randperm(len(full), generator=self._generator).tolist()
+        return torch.cat([full[i] for i in shuffled]) if full else order
 
     def next(self) -> list[tuple[list[int], list[int]]]:
         if self._cursor + self._size > len(self._order):
-            self._order = torch.randperm(len(self._rows), generator=self._generator)
+            self._order = self._epoch()
             self._cursor = 0
         batch = [self._rows[int(i)] for i in self._order[self._cursor : self._cursor + self._size]]
         self._cursor += self._size
@@ -387,6 +422,7 @@ def _build(
                     learning_rate=config.sft_learning_rate,
                     weight_decay=config.sft_weight_decay,
                     seed=config.sft_seed,
+                    length_buckets=config.sft_length_buckets,
                 )
         finally:
             torch.set_num_threads(previous_threads)

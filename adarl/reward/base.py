@@ -24,6 +24,9 @@ class VerifierResult:
     reward: float
     error: str | None = None
     timed_out: bool = False
+    # A right answer reached by work the verifier judges malformed (the reward is the outcome's;
+    # adarl/reward/arithmetic_work.py): counted, never penalised.
+    malformed_work: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.reward) and 0.0 <= self.reward <= 1.0):

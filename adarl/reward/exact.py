@@ -35,6 +35,10 @@ class ExactMatchVerifier:
         self._end_markers = tuple(end_markers)
         self._answer_marker = answer_marker
 
+    @property
+    def end_markers(self) -> tuple[str, ...]:
+        return self._end_markers
+
     def extract_answer(self, response: str) -> str:
         end = len(response)
         for marker in self._end_markers:

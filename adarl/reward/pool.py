@@ -49,6 +49,7 @@ class _Stats:
     responses: int = 0
     reward_sum: float = 0.0
     errors: int = 0
+    malformed_correct: int = 0
     timeouts: int = 0
     exceptions: int = 0
     wall_s: float = 0.0
@@ -201,6 +202,7 @@ class RewardPool:
                 stats.responses += 1
                 stats.reward_sum += job.result.reward
                 stats.errors += job.result.error is not None
+                stats.malformed_correct += job.result.malformed_work and job.result.reward > 0
                 stats.timeouts += job.result.timed_out
                 stats.exceptions += job.raised
                 stats.slowest_s = max(stats.slowest_s, job.duration_s)
@@ -220,6 +222,8 @@ class RewardPool:
                 stats.reward_sum / stats.responses if stats.responses else 0.0
             ),
             "sampling/reward_errors": float(stats.errors),
+            # right answers whose work the verifier judged malformed (scored 1 all the same)
+            "sampling/reward_malformed_correct": float(stats.malformed_correct),
             "sampling/reward_timeouts": float(stats.timeouts),
             "sampling/reward_verifier_exceptions": float(stats.exceptions),
             "sampling/reward_stuck_threads": float(stuck),

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from adarl.config.reward import RewardConfig
+from adarl.reward.arithmetic_work import ArithmeticWorkVerifier
 from adarl.reward.base import Verifier
 from adarl.reward.code_verifier import CodeVerifier
 from adarl.reward.exact import ExactMatchVerifier
@@ -27,6 +28,8 @@ VerifierFactory = Callable[[RewardConfig], Verifier]
 
 
 def _exact_match(config: RewardConfig) -> Verifier:
+    if config.exact_match.check_arithmetic_work:
+        return ArithmeticWorkVerifier(end_markers=tuple(config.exact_match.end_markers))
     return ExactMatchVerifier(
         end_markers=tuple(config.exact_match.end_markers),
         answer_marker=config.exact_match.answer_marker,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from adarl.bench.learning_records import EvalPoint, PromptCounts, RunRecord
+from adarl.bench.learning_records import EvalPoint, PromptCounts, RunRecord, prompt_set
 from adarl.bench.paired_report import (
     combine,
     equal_steps_table,
@@ -18,7 +18,7 @@ from adarl.bench.paired_report import (
 def _counts(correct: list[int], levels: list[str] | None = None) -> PromptCounts:
     return PromptCounts(
         samples=4,
-        prompt_ids=[f"p{i}" for i in range(len(correct))],
+        prompts=prompt_set([f"p{i}" for i in range(len(correct))]),
         levels=levels or ["0"] * len(correct),
         correct=correct,
         distinct_correct=[min(c, 1) for c in correct],
