@@ -194,6 +194,12 @@ RESOLVED_BEFORE_THE_SPLIT = {
         ),
         (10, 1.0, 8.694808048),
     ),
+    # MaxRL, added after the split: A = (r - 0.3)/0.3, so Σ|A| = 3·(0.7/0.3) + 7.
+    "maxrl_anchored": (
+        "UniformSampler",
+        dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=4),
+        (10, 1.0, 14.0),
+    ),
     "passk_grpo": (
         "UniformSampler",
         dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=8),
