@@ -159,6 +159,11 @@ def _arithmetic_fingerprint(split: dict[str, object] | None = None) -> str:
 def _arithmetic_hint_mode(tiny: TinyModelConfig) -> list[AuxiliaryPairs]:
     from adarl.models.hint_warm_start import arithmetic_hint_mode_auxiliary
 
+    if tiny.sft_response == "steps":
+        # Hint mode's rows are the bare task's template hints (the hint reader's format); a policy
+        # that writes its steps is hinted by a prefix of them (sft_hinted_levels). With them the
+        # worked task's warm start trained twice the rows, none of its own format.
+        return []
     return arithmetic_hint_mode_auxiliary(tiny.sft_steps, seed=tiny.sft_seed)
 
 

@@ -21,6 +21,8 @@ from _launch import launch, output_tail
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, GenerationConfig
 
+from adarl.bench.regime import BINS, level_rows, load_source
+from adarl.bench.regime import main as regime_main
 from adarl.checkpoint import load_checkpoint
 from adarl.export import read_export_info, read_run_config
 from adarl.models.loading import load_tokenizer, policy_tokenizer, resolve_model_config
@@ -151,6 +153,28 @@ def test_evaluating_the_final_checkpoint_reproduces_the_runs_final_evaluation(
     assert final.keys() == again.keys()
     assert all(torch.equal(final[name], again[name]) for name in final)
     assert read_export_info(exported)["final"] is False  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_the_regime_command_reads_the_runs_own_evaluations(
+    finished_run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m adarl.bench regime RUN_DIR` on a real run (its evaluations.jsonl and metrics):
+    every level of the task, each histogram a partition of its prompts, the guesser read."""
+    run_dir, _ = finished_run
+    source = load_source(run_dir)
+    rows = {str(row["level"]): row for row in level_rows(source)}
+    assert rows["all"]["prompts"] == 16 and len(rows) > 2  # the held-out draw spans levels
+    assert sum(row["prompts"] for level, row in rows.items() if level != "all") == 16
+    for row in rows.values():
+        assert sum(row[name] for name, _ in BINS) == pytest.approx(1.0)
+        if row["unsolved_at_base"]:  # the final evaluation holds the same prompts
+            assert 0 <= row["unsolved_now_solved"] <= 1
+        else:
+            assert row["unsolved_now_solved"] is None
+    assert rows["all"]["guess_pass_at_1"] is not None
+    assert regime_main([str(run_dir), "--markdown"]) == 0
+    assert "| all | 16 |" in capsys.readouterr().out
 
 
 @pytest.mark.heavy

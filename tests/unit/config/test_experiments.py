@@ -235,3 +235,14 @@ def test_config_validation_imports_nothing_heavy() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_a_task_preset_sets_the_warm_start_it_needs_over_the_model_preset() -> None:
+    """task=worked's 1,500 warm-start steps of written steps win over tiny_arithmetic's 300 (the
+    task is composed after the model); the command line still wins over both."""
+    worked = _compose("task=worked")
+    assert (worked.model.tiny.sft_steps, worked.model.tiny.sft_response) == (1500, "steps")
+    assert worked.model.tiny.sft_hinted_levels == ["sum7", "sum8"]
+    assert worked.rollout.max_new_tokens == 88 and worked.eval.max_new_tokens == 88
+    assert _compose().model.tiny.sft_steps == 300  # the built-in task keeps its warm start
+    assert _compose("task=worked", "model.tiny.sft_steps=40").model.tiny.sft_steps == 40

@@ -102,3 +102,14 @@ def test_hint_levels_of_a_one_step_problem_are_place_value_steps() -> None:
     assert response == "47*30=1410,47*8=376,1410+376=1786"
     ((hinted, _),) = task_pairs_with_hints([example], share=1.0, seed=0, worked=True)
     assert hinted.startswith("47*38=[47*30")
+
+
+def test_a_policy_that_writes_its_steps_trains_no_hint_mode_rows() -> None:
+    """The bare task's hint-mode rows (the hint reader's format) are not the steps policy's: its
+    warm start leaves them out, and the built-in policy keeps them."""
+    from adarl.config.model import TinyModelConfig
+    from adarl.models.loading import _arithmetic_hint_mode
+
+    assert _arithmetic_hint_mode(TinyModelConfig(sft_steps=4, sft_response="steps")) == []
+    (rows,) = _arithmetic_hint_mode(TinyModelConfig(sft_steps=4))
+    assert rows.name == "hint_mode" and rows.pairs
