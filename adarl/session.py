@@ -44,6 +44,7 @@ from adarl.evaluation.records import append_evaluation
 from adarl.export import MODEL_DIR, export_source, write_model
 from adarl.hints.generator import HintRunner
 from adarl.learner.build import build_learner_group
+from adarl.learner.loss_terms import build_loss_terms, declare_learner_terms
 from adarl.logging import build_metrics_logger
 from adarl.models.loading import model_max_positions, policy_tokenizer, resolve_model_config
 from adarl.models.tiny import read_build_info
@@ -214,11 +215,13 @@ class TrainingSession:
         kwargs["sampler"] = build_variance_filter(config.dro.filter, kwargs["sampler"])
         if config.rollout.cross_step_allocation:  # steps t..t+k open at once
             kwargs["max_open_steps"] = config.rollout.max_off_policy_steps + 1
+        # The learner's loss terms, built once: they train and they say what they add.
+        loss_terms = build_loss_terms(config.learner, rehearsal=config.allocator.rehearsal)
         self.objective = declare_objective(
             allocator_plan,
             hint_schedule=config.hints.schedule,
             reward=config.dro.reward,
-            learner=config.learner,
+            learner_terms=declare_learner_terms(config.learner, loss_terms),
         )
         log.info("%s", self.objective.console())
         if cluster.in_process or cluster.allocator_in_driver:
@@ -256,7 +259,7 @@ class TrainingSession:
             gpus_per_learner=cluster.gpus_per_learner,
             faults=faults,
             scheduling=scheduling("learner"),
-            rehearsal=config.allocator.rehearsal.enabled,  # its term needs the reference
+            terms=loss_terms,
         )
         self._closers.append(self.learners.shutdown)
         self.weight_sync = build_weight_sync(

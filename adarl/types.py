@@ -179,9 +179,10 @@ class Group:
     # How much each rollout of the group counts in the loss normalisers (TrainBatch.
     # sequence_weights): 1, or n/N when a whole pool of N trains as n sequences' worth.
     sequence_weight: float = 1.0
-    # A rehearsal row (DPH-RL, adarl/allocator/rehearsal.py): a stored correct sample of a
-    # prompt the policy already solved, trained only by the loss's forward-KL term (advantage 0).
-    rehearsal: bool = False
+    # The one loss term that trains this group's rows alone (adarl/algo/loss.py, `TermRows`:
+    # e.g. DPH-RL's rehearsal rows, stored samples of solved prompts); None = the policy's rows,
+    # trained by the clipped surrogate and every term.
+    trained_by: str | None = None
 
     def __post_init__(self) -> None:
         if len(self.rollouts) != len(self.advantages):
@@ -209,9 +210,9 @@ class TrainBatch:
     # [B] float, how much each sequence counts in the loss's whole-batch normalisers (token and
     # sequence counts; adarl.learner.batching.BatchCounts); None = 1 each.
     sequence_weights: torch.Tensor | None = None
-    # [B] bool, rehearsal rows (`Group.rehearsal`): only the forward-KL term trains them, with
-    # its own normalisers; None = no rehearsal row.
-    rehearsal: torch.Tensor | None = None
+    # [B] bool per loss term that trains rows alone (`Group.trained_by`), by the term's name:
+    # only that term trains them, with its own normalisers; a name appears only with a row.
+    term_rows: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def num_sequences(self) -> int:
@@ -238,27 +239,30 @@ class TrainBatch:
             sequence_weights=(
                 None if self.sequence_weights is None else self.sequence_weights[index]
             ),
-            rehearsal=None if self.rehearsal is None else self.rehearsal[index],
+            term_rows={name: rows[index] for name, rows in self.term_rows.items()},
         )
 
     @staticmethod
     def from_groups(groups: Sequence[Group], *, pad_token_id: int) -> TrainBatch:
         """Collate kept groups: each rollout's sequence advantage is broadcast over its tokens.
-        Rehearsal groups' rows are flagged (`TrainBatch.rehearsal`)."""
+        The rows of groups a term trains alone are flagged under its name (`term_rows`)."""
         rows: list[tuple[ScoredRollout, float, int]] = [
             (scored, adv, gi)
             for gi, group in enumerate(groups)
             for scored, adv in zip(group.rollouts, group.advantages, strict=True)
         ]
         weights = [groups[g].sequence_weight for _, _, g in rows]
-        rehearsal = [groups[g].rehearsal for _, _, g in rows]
+        owners = [groups[g].trained_by for _, _, g in rows]
         return TrainBatch.from_rollouts(
             [r for r, _, _ in rows],
             advantages=[a for _, a, _ in rows],
             prompt_index=[g for _, _, g in rows],
             pad_token_id=pad_token_id,
             sequence_weights=None if all(w == 1.0 for w in weights) else weights,
-            rehearsal=rehearsal if any(rehearsal) else None,
+            term_rows={
+                name: [owner == name for owner in owners]
+                for name in dict.fromkeys(o for o in owners if o is not None)
+            },
         )
 
     @staticmethod
@@ -269,7 +273,7 @@ class TrainBatch:
         prompt_index: Sequence[int],
         pad_token_id: int,
         sequence_weights: Sequence[float] | None = None,
-        rehearsal: Sequence[bool] | None = None,
+        term_rows: Mapping[str, Sequence[bool]] | None = None,
     ) -> TrainBatch:
         import torch
 
@@ -306,9 +310,10 @@ class TrainBatch:
                 if sequence_weights is None
                 else torch.tensor(list(sequence_weights), dtype=torch.float32)
             ),
-            rehearsal=None
-            if rehearsal is None
-            else torch.tensor(list(rehearsal), dtype=torch.bool),
+            term_rows={
+                name: torch.tensor(list(rows), dtype=torch.bool)
+                for name, rows in (term_rows or {}).items()
+            },
         )
 
 

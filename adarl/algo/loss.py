@@ -1,11 +1,11 @@
-"""The one algorithm-blind policy loss the learner runs, whatever the algorithm.
+"""The one algorithm-blind policy loss the learner runs, whatever the algorithm, and the protocol
+of the loss terms added to it.
 
 Everything algorithmic (advantages, selection corrections, hint masks, downsampling) is decided
 before the learner and arrives as a per-token weight `A_t` and a response mask `m_t`
 (`adarl.types.TrainBatch`). This module turns them into a scalar loss:
 
-    L = Agg_t[ w_t · ℓ^clip_t ]  +  β · Agg_t[ k(π_θ, π_ref)_t ]  -  η · Agg_t[ H(π_θ)_t ]
-        +  λ · Agg^R_t[ k3(log π_ref - log π_θ)_t ]
+    L = Agg_t[ w_t · ℓ^clip_t ]  +  Σ_terms  L_term
 
 * ℓ^clip_t — PPO's clipped surrogate on the token importance ratio ρ_t = π_θ(y_t)/π_old(y_t)
   (Schulman et al. 2017, arXiv:1707.06347), with separate low/high clip ranges ("clip-higher",
@@ -26,46 +26,25 @@ before the learner and arrives as a per-token weight `A_t` and a response mask `
 
       w_t = min(π_old(y_t)/μ(y_t), C)   (no gradient)      w_t = 1 when TIS is off
 
-* k — a per-token estimator of KL(π_θ ‖ π_ref) from samples of π_θ, with
-  δ_t = log π_θ(y_t) - log π_ref(y_t) (Schulman 2020, "Approximating KL divergence",
-  http://joschu.net/blog/kl-approx.html):
-
-      k1 = δ        k2 = δ²/2        k3 = e^{-δ} - 1 + δ   (the GRPO loss term, arXiv:2402.03300)
-
-* H — the per-token entropy of π_θ's next-token distribution (computed by the caller from
-  logits, with gradient when η ≠ 0).
-
-* Agg^R — DPH-RL's rehearsal term (arXiv 2509.07430; seamoke/DPH-RL
-  `dp_actor.py`, sft_loss_mode "forward"), on the rows flagged `rehearsal`: stored correct
-  samples y of prompts the policy already solved, not sampled from π_θ now. With
-  u_t = π_θ(y_t)/π_ref(y_t), the per-token k3(log π_ref - log π_θ) = u_t - 1 - log u_t is an
-  estimate of the forward KL(π_ref ‖ π_θ) on π_ref's samples (`rehearsal_kl`); its gradient is
-  (u_t - 1)·∇log π_θ(y_t): where the policy has lost probability of a rehearsed token (u < 1)
-  the term raises it. λ is the paper's η (0.01-0.05). The rehearsal rows take no part in the
-  other terms (their advantage is 0 and they are not π_θ's samples), and the term has its own
-  normalisers: Agg^R is `aggregate` over the rehearsal rows' tokens with the whole batch's
-  rehearsal counts, so it keeps the additivity over shards below.
-
-* SimKO (Peng et al. 2025, arXiv 2510.14807; CLR-Lab/SimKO `compute_policy_loss_simko`), with
-  `simko_alpha` α > 0: on a response's high-entropy tokens (entropy above the q-quantile of its
-  own response tokens' entropies), a positive-advantage token's ratio becomes
-
-      ρ̃_t = (1 - α)·ρ_t + (α/K)·Σ_{i ≤ K} sg[ρ_t]·π_θ(v_i)/sg[π_θ(v_i)]     (`simko_ratio`)
-
-  v_1..v_K the K most likely tokens at t: ρ̃_t = ρ_t in value (so the clip acts as before) while
-  the share α of its gradient goes to raising the top-K candidates (sg = stop-gradient); and a
-  negative-advantage token whose sampled token is the most likely one gets its advantage × c
-  (`simko_negative_scale`, 1.1): the wrong mode is pushed down harder. SimKO declares no f(p)
-  objective: it moves probability among tokens of the same responses.
+* the terms — small components (`LossTerm`, in adarl/algo/loss_terms.py: the KL anchor, the
+  entropy term, SimKO, DPH-RL's rehearsal term), each declaring what it needs from the batch
+  (`TermNeeds`). A term either reshapes the clipped surrogate's ratio and advantages before the
+  clip (`shape`: SimKO) or adds a loss of its own (`add`: the KL anchor, the entropy term, the
+  rehearsal term), or both; terms run in the order given, and each says, in the start-up
+  declaration, what it adds to the objective or that it declares none (`declare`). The learner
+  builds them once from config (adarl/learner/loss_terms.py, the registry).
 
 Every policy here (π_θ, μ, π_old, π_ref) is a distribution at the rollouts' sampling
 temperature T, softmax(logits / T): the engines report log μ at T and the learner computes
 log π_θ, log π_ref and H at the same T (adarl/rollout/common.py, adarl/learner/logprobs.py).
 
-Aggregation (`Agg`) over the tokens where m_t = 1 (rehearsal rows excluded), with N_tok the
-number of response tokens and N_seq the number of sequences **in the whole training batch** (all
-data-parallel ranks, all micro-batches; for Agg^R, the rehearsal rows' counts), and L_b the
-response length of sequence b:
+Rows a term trains alone (`LossInputs.term_rows`: DPH-RL's rehearsal rows, stored samples that
+are not π_θ's now) take no part in the clipped surrogate nor in any other term; they have their
+own whole-batch counts, which that term normalises by.
+
+Aggregation (`Agg`) over the tokens where m_t = 1 (term rows excluded), with N_tok the number
+of response tokens and N_seq the number of sequences **in the whole training batch** (all
+data-parallel ranks, all micro-batches), and L_b the response length of sequence b:
 
     token_mean:     Σ_b Σ_t m x / N_tok                 (DAPO; the Reinforce-Ada script)
     sequence_mean:  Σ_b (Σ_t m x / L_b) / N_seq         (GRPO, arXiv:2402.03300)
@@ -77,13 +56,14 @@ losses and metrics over every shard gives the full-batch value, however the batc
 Normalising by a local count would not have this property (it is what makes some frameworks'
 losses depend on the micro-batch size).
 
-Pure torch: no config objects, no learner state. Shapes: B sequences, T tokens.
+Pure torch: no config objects, no learner state. Shapes: B sequences, T tokens, K top tokens.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 import torch
 
@@ -108,6 +88,114 @@ class PolicyLossOutput:
 
     loss: torch.Tensor
     metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class TermRows:
+    """The rows of a shard that one term trains alone, and the whole batch's counts of them."""
+
+    rows: torch.Tensor  # [B] bool
+    global_num_tokens: float  # their response tokens, all ranks and micro-batches
+    global_num_sequences: float  # those of them with a response token
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """One shard of the batch as the loss reads it, on the learner's device (prime-rl's typed
+    loss inputs). The optional fields are what a term may need (`TermNeeds`)."""
+
+    logprobs: torch.Tensor  # [B, T] log π_θ(y_t | y_<t), with gradient
+    behaviour_logprobs: torch.Tensor  # [B, T] log μ(y_t | y_<t) reported by the rollout engine
+    advantages: torch.Tensor  # [B, T] per-token weight A_t
+    response_mask: torch.Tensor  # [B, T] bool, True on response tokens (term rows' included)
+    global_num_tokens: float  # the policy rows' response tokens in the whole batch
+    global_num_sequences: float  # the policy rows in the whole batch
+    sequence_weights: torch.Tensor | None = None  # [B] what each row counts in the normalisers
+    proximal_logprobs: torch.Tensor | None = None  # [B, T] log π_old, no gradient
+    ref_logprobs: torch.Tensor | None = None  # [B, T] log π_ref, no gradient
+    entropy: torch.Tensor | None = None  # [B, T] H(π_θ(· | y_<t)), with gradient if used
+    top_logprobs: torch.Tensor | None = None  # [B, T, K] log π_θ of the K likeliest tokens
+    is_top1: torch.Tensor | None = None  # [B, T] bool: y_t is the likeliest token
+    # the rows each term that owns rows trains alone, by the term's name
+    term_rows: Mapping[str, TermRows] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TermNeeds:
+    """What a term needs from the batch and the learner's forward pass."""
+
+    reference: bool = False  # log π_ref: the learner loads a frozen reference model
+    entropy: bool = False  # the per-token entropy (the learner always computes it)
+    entropy_grad: bool = False  # ... with gradient
+    top_k: int = 0  # the K likeliest tokens' log-probs and the top-1 flags (K > 0)
+    owns_rows: bool = False  # the batch may hold rows it trains alone (`TermRows`, its name)
+
+
+@dataclass(frozen=True)
+class PolicyTokens:
+    """The tokens of a shard's policy rows (term rows excluded), and how a term aggregates over
+    them: `agg` is the batch aggregate `Agg_t` (each row counting its sequence weight), and
+    `token_mean` a logged token mean (module docstring)."""
+
+    mask: torch.Tensor  # [B, T] bool
+    row_weight: torch.Tensor  # [B, 1] each row's sequence weight (1 by default)
+    aggregation: Aggregation
+    global_num_tokens: float  # > 0 (1 when the batch holds term rows only)
+    global_num_sequences: float  # > 0
+
+    def agg(self, values: torch.Tensor, *, weighted: bool = True) -> torch.Tensor:  # []
+        """Agg_t[x] over the policy tokens; each row weighted by its sequence weight unless
+        `weighted` is False (the clipped term, whose advantages the group builder scaled)."""
+        return aggregate(
+            values * self.row_weight if weighted else values,
+            self.mask,
+            aggregation=self.aggregation,
+            global_num_tokens=self.global_num_tokens,
+            global_num_sequences=self.global_num_sequences,
+        )
+
+    def token_mean(self, values: torch.Tensor) -> float:
+        """This shard's share of the batch's weighted token mean of `values` (a metric)."""
+        weighted = torch.where(self.mask, values * self.row_weight, torch.zeros_like(values))
+        return float(weighted.sum().detach()) / self.global_num_tokens
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """The clipped term's inputs per token, as the terms may reshape them before the clip."""
+
+    ratio: torch.Tensor  # [B, T] ρ_t, with gradient
+    advantages: torch.Tensor  # [B, T] A_t (0 outside the policy tokens)
+
+
+@dataclass(frozen=True)
+class TermValue:
+    """A term's addition to the loss (its coefficient and sign applied) and its metrics."""
+
+    loss: torch.Tensor  # [] with gradient
+    metrics: dict[str, float]
+
+
+class LossTerm(Protocol):
+    """One term of the loss (module docstring): a small frozen record of its parameters."""
+
+    name: str  # its registry name; the key of the rows it owns (`LossInputs.term_rows`)
+    needs: TermNeeds
+
+    def shape(
+        self, surrogate: Surrogate, inputs: LossInputs, tokens: PolicyTokens
+    ) -> tuple[Surrogate, dict[str, float]]:
+        """The clipped term's ratio and advantages after this term, and its metrics."""
+        ...
+
+    def add(self, inputs: LossInputs, tokens: PolicyTokens) -> TermValue | None:
+        """What this term adds to the loss (None: nothing, e.g. no row of its own here)."""
+        ...
+
+    def declare(self) -> str | None:
+        """Its line of the start-up declaration: what it adds to the declared objective, or
+        that it declares none; None for a term that changes nothing (logged only)."""
+        ...
 
 
 def aggregate(
@@ -141,10 +229,14 @@ def kl_estimate(
     *,
     estimator: KLEstimator,
 ) -> torch.Tensor:  # [B, T]
-    """Per-token k1/k2/k3 estimate of KL(π_θ ‖ π_ref) on tokens sampled from π_θ (see above).
+    """Per-token k1/k2/k3 estimate of KL(π_θ ‖ π_ref) on tokens sampled from π_θ, with
+    δ_t = log π_θ(y_t) - log π_ref(y_t) (Schulman 2020, "Approximating KL divergence",
+    http://joschu.net/blog/kl-approx.html):
+
+        k1 = δ        k2 = δ²/2        k3 = e^{-δ} - 1 + δ   (the GRPO loss term, arXiv:2402.03300)
 
     k1 is unbiased but can be negative and its gradient has zero mean; k2 = δ²/2 is biased but
-    low-variance; k3 = e^{-δ} - 1 + δ is unbiased and ≥ 0 (Schulman 2020).
+    low-variance; k3 is unbiased and ≥ 0.
     """
     delta = (logprobs - ref_logprobs).clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)
     if estimator == "k1":
@@ -157,123 +249,73 @@ def kl_estimate(
 
 
 def policy_loss(
+    inputs: LossInputs,
     *,
-    logprobs: torch.Tensor,  # [B, T] log π_θ(y_t | y_<t), with gradient
-    behaviour_logprobs: torch.Tensor,  # [B, T] log μ(y_t | y_<t) reported by the rollout engine
-    advantages: torch.Tensor,  # [B, T] per-token weight A_t
-    response_mask: torch.Tensor,  # [B, T] bool, True on trained tokens
-    global_num_tokens: float,  # response tokens in the whole batch (all ranks, micro-batches)
-    global_num_sequences: float,  # sequences in the whole batch
     aggregation: Aggregation = "token_mean",
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = None,
-    proximal_logprobs: torch.Tensor | None = None,  # [B, T] log π_old, no gradient
     tis_cap: float | None = None,
-    ref_logprobs: torch.Tensor | None = None,  # [B, T] log π_ref, no gradient
-    kl_coef: float = 0.0,
-    kl_estimator: KLEstimator = "k3",
-    entropy: torch.Tensor | None = None,  # [B, T] H(π_θ(· | y_<t)), with gradient if used
-    entropy_coef: float = 0.0,
-    top_logprobs: torch.Tensor | None = None,  # [B, T, K] log π_θ of the K likeliest tokens
-    is_top1: torch.Tensor | None = None,  # [B, T] bool: y_t is the likeliest token
-    simko_alpha: float = 0.0,
-    simko_entropy_quantile: float = 0.8,
-    simko_negative_scale: float = 1.1,
-    rehearsal: torch.Tensor | None = None,  # [B] bool: rows trained only by the rehearsal term
-    rehearsal_coef: float = 0.0,
-    sequence_weights: torch.Tensor | None = None,  # [B] what each row counts in the normalisers
-    global_num_rehearsal_tokens: float = 0.0,  # the rehearsal rows' response tokens, whole batch
-    global_num_rehearsal_sequences: float = 0.0,  # the rehearsal rows, whole batch
+    terms: Sequence[LossTerm] = (),
 ) -> PolicyLossOutput:
-    """L = Agg[w · ℓ^clip] + kl_coef · Agg[k] - entropy_coef · Agg[H]
-    + rehearsal_coef · Agg^R[k3(log π_ref - log π_θ)]; see the module docstring.
+    """L = Agg[w · ℓ^clip] + Σ_terms L_term; see the module docstring.
 
-    Values outside `response_mask` are ignored (they may be anything finite or not). Rows flagged
-    in `rehearsal` count only in the rehearsal term (normalised by the rehearsal counts);
+    Values outside `response_mask` are ignored (they may be anything finite or not). Rows in
+    `inputs.term_rows` count only in their term (normalised by its counts);
     `global_num_tokens` and `global_num_sequences` count the other rows, and may be 0 when the
-    batch holds rehearsal rows only.
+    batch holds term rows only. `tis_cap` needs `proximal_logprobs`.
 
-    Metrics (all additive shares, see `PolicyLossOutput`):
-        train/loss, train/policy_loss; train/kl and train/kl_loss (with `ref_logprobs`);
-        train/entropy and train/entropy_loss (with `entropy`); token means of:
-        train/clip_fraction (tokens whose clipped branch is active: zero gradient),
-        train/dual_clip_fraction, train/ratio_mean (ρ),
-        train/mismatch_kl (k3 estimate of KL(μ ‖ π_θ) per token: how far the engine's
-        sampling distribution is from the learner's, staleness included),
-        train/is_weight_mean and train/is_truncated_fraction (with `tis_cap`),
-        train/simko_token_fraction (tokens SimKO changes, with `simko_alpha`);
-        train/rehearsal_kl and train/rehearsal_loss (with rehearsal rows in the whole batch).
+    Metrics (all additive shares, see `PolicyLossOutput`): train/loss, train/policy_loss; token
+    means of: train/clip_fraction (tokens whose clipped branch is active: zero gradient),
+    train/dual_clip_fraction, train/ratio_mean (ρ), train/mismatch_kl (k3 estimate of
+    KL(μ ‖ π_θ) per token: how far the engine's sampling distribution is from the learner's,
+    staleness included), train/is_weight_mean and train/is_truncated_fraction (with `tis_cap`);
+    and each term's own.
     """
-    _check_inputs(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour_logprobs,
-        advantages=advantages,
-        response_mask=response_mask,
-        proximal_logprobs=proximal_logprobs,
-        ref_logprobs=ref_logprobs,
-        entropy=entropy,
-        global_num_tokens=global_num_tokens,
-        global_num_sequences=global_num_sequences,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        dual_clip=dual_clip,
-        tis_cap=tis_cap,
-        kl_coef=kl_coef,
-        entropy_coef=entropy_coef,
-        top_logprobs=top_logprobs,
-        is_top1=is_top1,
-        simko_alpha=simko_alpha,
-        rehearsal=rehearsal,
-        rehearsal_coef=rehearsal_coef,
-        global_num_rehearsal_tokens=global_num_rehearsal_tokens,
-        global_num_rehearsal_sequences=global_num_rehearsal_sequences,
-    )
-    mask = response_mask.bool()
-    rehearsal_mask = None
-    if rehearsal is not None:
-        rehearsal_rows = rehearsal.to(mask.device, torch.bool).unsqueeze(1)  # [B, 1]
-        rehearsal_mask, mask = mask & rehearsal_rows, mask & ~rehearsal_rows
-    # A batch of rehearsal rows only has no other token: its terms are sums of zeros, each
-    # divided by 1 instead of 0 (checked in _check_inputs: some token is in the batch).
-    global_num_tokens = global_num_tokens if global_num_tokens > 0 else 1.0
-    global_num_sequences = global_num_sequences if global_num_sequences > 0 else 1.0
-    zeros = torch.zeros_like(logprobs)
-    advantages = torch.where(mask, advantages.to(logprobs.dtype), zeros)
+    _check_inputs(inputs, terms)
+    _check_clip(clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip, tis_cap=tis_cap)
+    if tis_cap is not None and inputs.proximal_logprobs is None:
+        raise ValueError(
+            "tis_cap needs proximal_logprobs: without them the ratio is already taken against "
+            "the behaviour policy and there is no separate engine/learner weight to truncate"
+        )
+    logprobs = inputs.logprobs
+    mask = inputs.response_mask.bool()
+    for owned in inputs.term_rows.values():
+        mask = mask & ~owned.rows.to(mask.device, torch.bool).unsqueeze(1)
     # A row counts `sequence_weights[b]` in the normalisers (a whole pool of N trains as n
     # sequences' worth): every per-token term but the policy's (whose advantages the group
     # builder already scaled by it) is weighted the same, so a KL coefficient, an entropy bonus
     # or a logged token mean means per token what it means with kept groups.
-    row_weight = (
-        torch.ones_like(logprobs[:, :1])
-        if sequence_weights is None
-        else sequence_weights.to(logprobs.device, logprobs.dtype).unsqueeze(1)
-    )  # [B, 1]
-
-    def agg(values: torch.Tensor, *, weighted: bool = True) -> torch.Tensor:
-        return aggregate(
-            values * row_weight if weighted else values,
-            mask,
-            aggregation=aggregation,
-            global_num_tokens=global_num_tokens,
-            global_num_sequences=global_num_sequences,
-        )
-
-    def token_mean(values: torch.Tensor) -> float:
-        weighted = torch.where(mask, values * row_weight, zeros)
-        return float(weighted.sum().detach()) / global_num_tokens
-
-    old_logprobs = behaviour_logprobs if proximal_logprobs is None else proximal_logprobs
+    weights = inputs.sequence_weights
+    tokens = PolicyTokens(
+        mask=mask,
+        row_weight=(
+            torch.ones_like(logprobs[:, :1])
+            if weights is None
+            else weights.to(logprobs.device, logprobs.dtype).unsqueeze(1)
+        ),
+        aggregation=aggregation,
+        # A batch of term rows only has no policy token: its sums of zeros are divided by 1
+        # instead of 0 (checked in _check_inputs: some token is in the batch).
+        global_num_tokens=inputs.global_num_tokens if inputs.global_num_tokens > 0 else 1.0,
+        global_num_sequences=(
+            inputs.global_num_sequences if inputs.global_num_sequences > 0 else 1.0
+        ),
+    )
+    zeros = torch.zeros_like(logprobs)
+    behaviour = inputs.behaviour_logprobs
+    old_logprobs = behaviour if inputs.proximal_logprobs is None else inputs.proximal_logprobs
     log_ratio = torch.where(mask, logprobs - old_logprobs.to(logprobs.dtype), zeros)
-    ratio = torch.exp(log_ratio.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO))
-    simko_tokens = None
-    if simko_alpha > 0:
-        assert entropy is not None and top_logprobs is not None and is_top1 is not None
-        high = high_entropy_tokens(entropy.detach(), mask, quantile=simko_entropy_quantile)
-        positive, negative_mode = high & (advantages > 0), high & (advantages < 0) & is_top1
-        ratio = simko_ratio(ratio, top_logprobs, alpha=simko_alpha, where=positive)
-        advantages = torch.where(negative_mode, advantages * simko_negative_scale, advantages)
-        simko_tokens = (positive | negative_mode).to(logprobs.dtype)
+    surrogate = Surrogate(
+        ratio=torch.exp(log_ratio.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)),
+        advantages=torch.where(mask, inputs.advantages.to(logprobs.dtype), zeros),
+    )
+    metrics: dict[str, float] = {}
+    for term in terms:
+        surrogate, shaped = term.shape(surrogate, inputs, tokens)
+        metrics.update(shaped)
+    advantages, ratio = surrogate.advantages, surrogate.ratio
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     token_loss = torch.maximum(unclipped, clipped)
@@ -283,179 +325,40 @@ def policy_loss(
         dual_bound = -advantages * dual_clip
         dual_active = ((advantages < 0) & (token_loss > dual_bound)).to(logprobs.dtype)
         token_loss = torch.where(advantages < 0, torch.minimum(token_loss, dual_bound), token_loss)
-
-    metrics: dict[str, float] = {}
     if tis_cap is not None:
-        assert proximal_logprobs is not None  # checked in _check_inputs
+        assert inputs.proximal_logprobs is not None  # checked above
         mismatch_log_ratio = torch.where(
-            mask, proximal_logprobs.to(logprobs.dtype) - behaviour_logprobs, zeros
+            mask, inputs.proximal_logprobs.to(logprobs.dtype) - behaviour, zeros
         )
         raw_weight = torch.exp(mismatch_log_ratio.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO))
         is_weight = raw_weight.clamp(max=tis_cap).detach()
         token_loss = is_weight * token_loss
-        metrics["train/is_weight_mean"] = token_mean(is_weight)
-        metrics["train/is_truncated_fraction"] = token_mean((raw_weight > tis_cap).float())
+        metrics["train/is_weight_mean"] = tokens.token_mean(is_weight)
+        metrics["train/is_truncated_fraction"] = tokens.token_mean((raw_weight > tis_cap).float())
 
-    policy_term = agg(token_loss, weighted=False)
+    policy_term = tokens.agg(token_loss, weighted=False)
     loss = policy_term
     metrics["train/policy_loss"] = float(policy_term.detach())
-    metrics["train/clip_fraction"] = token_mean(clip_active)
+    metrics["train/clip_fraction"] = tokens.token_mean(clip_active)
     if dual_clip is not None:
-        metrics["train/dual_clip_fraction"] = token_mean(dual_active)
-    metrics["train/ratio_mean"] = token_mean(ratio)
-    if simko_tokens is not None:
-        metrics["train/simko_token_fraction"] = token_mean(simko_tokens)
+        metrics["train/dual_clip_fraction"] = tokens.token_mean(dual_active)
+    metrics["train/ratio_mean"] = tokens.token_mean(ratio)
     # KL(μ ‖ π_θ) from samples of μ: k3 with δ = log μ - log π_θ.
-    metrics["train/mismatch_kl"] = token_mean(
-        kl_estimate(behaviour_logprobs.to(logprobs.dtype), logprobs.detach(), estimator="k3")
+    metrics["train/mismatch_kl"] = tokens.token_mean(
+        kl_estimate(behaviour.to(logprobs.dtype), logprobs.detach(), estimator="k3")
     )
-
-    if ref_logprobs is not None:
-        kl = agg(kl_estimate(logprobs, ref_logprobs.to(logprobs.dtype), estimator=kl_estimator))
-        loss = loss + kl_coef * kl
-        metrics["train/kl"] = float(kl.detach())
-        metrics["train/kl_loss"] = kl_coef * float(kl.detach())
-    if entropy is not None:
-        mean_entropy = agg(entropy)
-        loss = loss - entropy_coef * mean_entropy
-        metrics["train/entropy"] = float(mean_entropy.detach())
-        metrics["train/entropy_loss"] = -entropy_coef * float(mean_entropy.detach())
-    if rehearsal_mask is not None and global_num_rehearsal_tokens > 0:
-        assert ref_logprobs is not None  # checked in _check_inputs
-        rehearsal_kl = aggregate(
-            rehearsal_forward_kl(logprobs, ref_logprobs.to(logprobs.dtype)),
-            rehearsal_mask,
-            aggregation=aggregation,
-            global_num_tokens=global_num_rehearsal_tokens,
-            global_num_sequences=global_num_rehearsal_sequences,
-        )
-        loss = loss + rehearsal_coef * rehearsal_kl
-        metrics["train/rehearsal_kl"] = float(rehearsal_kl.detach())
-        metrics["train/rehearsal_loss"] = rehearsal_coef * float(rehearsal_kl.detach())
+    for term in terms:
+        added = term.add(inputs, tokens)
+        if added is not None:
+            loss = loss + added.loss
+            metrics.update(added.metrics)
     metrics["train/loss"] = float(loss.detach())
     return PolicyLossOutput(loss=loss, metrics=metrics)
 
 
-def rehearsal_forward_kl(
-    logprobs: torch.Tensor,  # [B, T] log π_θ(y_t), with gradient
-    ref_logprobs: torch.Tensor,  # [B, T] log π_ref(y_t), no gradient
-) -> torch.Tensor:  # [B, T]
-    """Per token k3(log π_ref - log π_θ) = u - 1 - log u, u = π_θ(y_t)/π_ref(y_t): DPH-RL's
-    forward-KL term (arXiv 2509.07430; seamoke/DPH-RL `kl_penalty(logprob=π_ref's,
-    ref_logprob=π_θ's, "low_var_kl")`), an estimate of KL(π_ref ‖ π_θ) when y ~ π_ref. It is
-    `kl_estimate`'s k3 with the two policies swapped: ≥ 0, zero where u = 1, and its gradient
-    (u - 1)·∇log π_θ pulls a token's probability back towards π_ref's from either side."""
-    return kl_estimate(ref_logprobs, logprobs, estimator="k3")
-
-
-def high_entropy_tokens(
-    entropy: torch.Tensor,  # [B, T] per-token entropy
-    response_mask: torch.Tensor,  # [B, T] bool
-    *,
-    quantile: float,
-) -> torch.Tensor:  # [B, T] bool
-    """Tokens whose entropy is above the `quantile` of their own response's token entropies
-    (linear interpolation, as `torch.quantile`; SimKO's per-row 0.8-quantile)."""
-    values = entropy.float()
-    masked = torch.where(response_mask, values, torch.full_like(values, torch.nan))
-    threshold = torch.nanquantile(masked, quantile, dim=1, keepdim=True)  # [B, 1], NaN if empty
-    return response_mask & (values > threshold)
-
-
-def simko_ratio(
-    ratio: torch.Tensor,  # [B, T] ρ_t = π_θ(y_t)/π_old(y_t), with gradient
-    top_logprobs: torch.Tensor,  # [B, T, K] log π_θ of the K likeliest tokens, with gradient
-    *,
-    alpha: float,
-    where: torch.Tensor,  # [B, T] bool: the tokens to mix (positive, high-entropy)
-) -> torch.Tensor:  # [B, T]
-    """ρ̃_t = (1 - α)ρ_t + (α/K)Σ_i sg[ρ_t]·π_θ(v_i)/sg[π_θ(v_i)] where `where`, else ρ_t (module
-    docstring, SimKO). Equal to ρ_t in value; its gradient is (1 - α)∇ρ_t + α·ρ_t·mean_i ∇log
-    π_θ(v_i). (The reference code's ratio of old top-K probabilities cancels in both.)"""
-    candidates = ratio.detach().unsqueeze(-1) * torch.exp(top_logprobs - top_logprobs.detach())
-    mixed = (1.0 - alpha) * ratio + alpha * candidates.mean(dim=-1)
-    return torch.where(where, mixed, ratio)
-
-
-def _check_inputs(
-    *,
-    logprobs: torch.Tensor,
-    behaviour_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    proximal_logprobs: torch.Tensor | None,
-    ref_logprobs: torch.Tensor | None,
-    entropy: torch.Tensor | None,
-    global_num_tokens: float,
-    global_num_sequences: float,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-    tis_cap: float | None,
-    kl_coef: float,
-    entropy_coef: float,
-    top_logprobs: torch.Tensor | None,
-    is_top1: torch.Tensor | None,
-    simko_alpha: float,
-    rehearsal: torch.Tensor | None,
-    rehearsal_coef: float,
-    global_num_rehearsal_tokens: float,
-    global_num_rehearsal_sequences: float,
+def _check_clip(
+    *, clip_low: float, clip_high: float, dual_clip: float | None, tis_cap: float | None
 ) -> None:
-    shape = logprobs.shape
-    if logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be [B, T], got shape {tuple(shape)}")
-    named = {
-        "behaviour_logprobs": behaviour_logprobs,
-        "advantages": advantages,
-        "response_mask": response_mask,
-        "proximal_logprobs": proximal_logprobs,
-        "ref_logprobs": ref_logprobs,
-        "entropy": entropy,
-    }
-    for name, tensor in named.items():
-        if tensor is not None and tensor.shape != shape:
-            raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} but logprobs has {tuple(shape)}; "
-                "every per-token input must be [B, T] on the same positions"
-            )
-    counts = (
-        global_num_tokens,
-        global_num_sequences,
-        global_num_rehearsal_tokens,
-        global_num_rehearsal_sequences,
-    )
-    if min(counts) < 0 or (
-        (global_num_tokens <= 0 or global_num_sequences <= 0)
-        and (global_num_rehearsal_tokens <= 0 or global_num_rehearsal_sequences <= 0)
-    ):
-        raise ValueError(
-            f"global_num_tokens ({global_num_tokens}) and global_num_sequences "
-            f"({global_num_sequences}), or the rehearsal rows' counts "
-            f"({global_num_rehearsal_tokens}, {global_num_rehearsal_sequences}), must be > 0: "
-            "pass the whole batch's counts, which include at least one response token"
-        )
-    if rehearsal is not None:
-        if tuple(rehearsal.shape) != (shape[0],):
-            raise ValueError(
-                f"rehearsal has shape {tuple(rehearsal.shape)}; it must be [B] = ({shape[0]},), "
-                "one flag per row"
-            )
-        if rehearsal_coef < 0:
-            raise ValueError(
-                f"rehearsal_coef must be >= 0 (DPH-RL's 0.01-0.05), got {rehearsal_coef}"
-            )
-        rehearsed = response_mask.bool() & rehearsal.to(response_mask.device, torch.bool)[:, None]
-        if bool(rehearsed.any()) and global_num_rehearsal_tokens <= 0:
-            raise ValueError(
-                "the shard has rehearsal tokens but global_num_rehearsal_tokens is 0: pass the "
-                "whole batch's rehearsal counts (BatchCounts.rehearsal_tokens)"
-            )
-        if ref_logprobs is None and bool(rehearsal.any()):
-            raise ValueError(
-                "rehearsal rows need ref_logprobs: their term is the forward KL to a frozen "
-                "reference (the base model)"
-            )
     if not 0.0 <= clip_low < 1.0 or clip_high < 0.0:
         raise ValueError(
             f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={clip_low}, "
@@ -463,28 +366,78 @@ def _check_inputs(
         )
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (typically 3) or None, got {dual_clip}")
-    if tis_cap is not None:
-        if proximal_logprobs is None:
+    if tis_cap is not None and tis_cap <= 0:
+        raise ValueError(f"tis_cap must be > 0 (typically 2), got {tis_cap}")
+
+
+def _check_inputs(inputs: LossInputs, terms: Sequence[LossTerm]) -> None:
+    """Shapes, counts, and every term's needs met by `inputs`."""
+    shape = inputs.logprobs.shape
+    if inputs.logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(shape)}")
+    per_token = {
+        "behaviour_logprobs": inputs.behaviour_logprobs,
+        "advantages": inputs.advantages,
+        "response_mask": inputs.response_mask,
+        "proximal_logprobs": inputs.proximal_logprobs,
+        "ref_logprobs": inputs.ref_logprobs,
+        "entropy": inputs.entropy,
+        "is_top1": inputs.is_top1,
+    }
+    for name, tensor in per_token.items():
+        if tensor is not None and tensor.shape != shape:
             raise ValueError(
-                "tis_cap needs proximal_logprobs: without them the ratio is already taken against "
-                "the behaviour policy and there is no separate engine/learner weight to truncate"
+                f"{name} has shape {tuple(tensor.shape)} but logprobs has {tuple(shape)}; "
+                "every per-token input must be [B, T] on the same positions"
             )
-        if tis_cap <= 0:
-            raise ValueError(f"tis_cap must be > 0 (typically 2), got {tis_cap}")
-    if kl_coef != 0.0 and ref_logprobs is None:
-        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs (a frozen reference model)")
-    if entropy_coef != 0.0 and entropy is None:
-        raise ValueError(f"entropy_coef={entropy_coef} needs the per-token entropy")
-    if simko_alpha != 0.0:
-        if not 0.0 < simko_alpha < 1.0:
-            raise ValueError(f"simko_alpha must be in [0, 1), got {simko_alpha}")
-        if entropy is None or top_logprobs is None or is_top1 is None:
+    top = inputs.top_logprobs
+    if top is not None and (top.dim() != 3 or top.shape[:2] != shape):
+        raise ValueError(
+            f"top_logprobs {tuple(top.shape)} must be [B, T, K] on logprobs' {tuple(shape)} "
+            "positions"
+        )
+    policy_counts = (inputs.global_num_tokens, inputs.global_num_sequences)
+    if min(policy_counts) < 0:
+        raise ValueError(f"the whole batch's counts must be >= 0, got {policy_counts}")
+    counted = min(policy_counts) > 0
+    for name, owned in inputs.term_rows.items():
+        if tuple(owned.rows.shape) != (shape[0],):
             raise ValueError(
-                "simko_alpha > 0 needs the per-token entropy, the top-K log-probs and the top-1 "
-                "flags (TokenScorer with top_k > 0)"
+                f"the rows of term {name!r} have shape {tuple(owned.rows.shape)}; they must be "
+                f"[B] = ({shape[0]},), one flag per row"
             )
-        if top_logprobs.shape[:2] != shape or is_top1.shape != shape:
-            raise ValueError(
-                f"top_logprobs {tuple(top_logprobs.shape)} must be [B, T, K] and is_top1 "
-                f"{tuple(is_top1.shape)} [B, T] on logprobs' {tuple(shape)} positions"
+        if min(owned.global_num_tokens, owned.global_num_sequences) < 0:
+            raise ValueError(f"term {name!r}: its rows' whole-batch counts must be >= 0")
+        counted = counted or min(owned.global_num_tokens, owned.global_num_sequences) > 0
+        rows = owned.rows.to(inputs.response_mask.device, torch.bool)
+        if bool((inputs.response_mask.bool() & rows[:, None]).any()):
+            if owned.global_num_tokens <= 0:
+                raise ValueError(
+                    f"the shard has tokens of term {name!r}'s rows but their whole-batch token "
+                    "count is 0: pass the whole batch's counts of them (BatchCounts.term_rows)"
+                )
+            if not any(term.name == name and term.needs.owns_rows for term in terms):
+                raise ValueError(
+                    f"the shard holds rows of term {name!r} but no such term is given: pass "
+                    "it in `terms`, or leave its rows out"
+                )
+    if not counted:
+        raise ValueError(
+            f"global_num_tokens ({inputs.global_num_tokens}) and global_num_sequences "
+            f"({inputs.global_num_sequences}), or some term's rows' counts, must be > 0: pass "
+            "the whole batch's counts, which include at least one response token"
+        )
+    for term in terms:
+        needs = term.needs
+        missing = [
+            name
+            for name, needed, value in (
+                ("ref_logprobs (a frozen reference model)", needs.reference, inputs.ref_logprobs),
+                ("the per-token entropy", needs.entropy, inputs.entropy),
+                ("the top-K log-probs", needs.top_k > 0, inputs.top_logprobs),
+                ("the top-1 flags", needs.top_k > 0, inputs.is_top1),
             )
+            if needed and value is None
+        ]
+        if missing:
+            raise ValueError(f"the {term.name} term needs {' and '.join(missing)}")

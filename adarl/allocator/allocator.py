@@ -94,9 +94,9 @@ class StepResult:
     carried_out: int  # surplus groups of this step kept for later steps
     budget_exhausted: bool
     metrics: dict[str, float] = field(default_factory=dict)
-    # Rehearsal rows to train with the groups (DPH-RL, adarl/allocator/rehearsal.py): stored
-    # samples of earlier steps, drawn no rollout now; empty without a rehearsal store.
-    rehearsal: tuple[Group, ...] = ()
+    # Groups a loss term trains alone, with the groups (`Group.trained_by`: DPH-RL's rehearsal
+    # rows, stored samples of earlier steps drawn no rollout now); empty without such a store.
+    term_groups: tuple[Group, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -553,7 +553,7 @@ class BudgetAllocator:
             carried_out=carried_out,
             budget_exhausted=bool(sampler_metrics.get("sampling/budget_exhausted", 0.0)),
             metrics=metrics,
-            rehearsal=tuple(rehearsal),
+            term_groups=tuple(rehearsal),
         )
         self._warn(result)
         self._last_metrics = metrics

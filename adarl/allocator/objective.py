@@ -10,9 +10,10 @@ e.g. "this run optimises log p (weight 1/p), gated by 1 - (1 - p)^15 at cap 16".
 closed forms come from the registries: each uniform estimator's `ImpliedObjective`
 (`adarl.algo.advantages`) and each objective's `text` (`adarl.algo.objectives`).
 
-The learner's own terms follow it, one line each (`declare_learner_terms`, from `LearnerConfig`):
-the KL anchor, SimKO, DPH-RL's rehearsal term, the entropy term and mini-batch updates, each
-saying what it adds to the declared objective or that it declares none.
+The learner's own terms follow it, one line each, written by the terms themselves
+(`LossTerm.declare`; adarl/learner/loss_terms.py `declare_learner_terms`: the KL anchor, SimKO,
+the entropy term, DPH-RL's rehearsal term, mini-batch updates), each saying what it adds to the
+declared objective or that it declares none.
 """
 
 from __future__ import annotations
@@ -33,13 +34,7 @@ from adarl.algo.advantages import (
 from adarl.algo.implied import implied_weight, log_gate, logit_gate
 from adarl.algo.objectives import get_objective
 from adarl.algo.reweighting import NO_OBJECTIVE, get_positive_reweighting
-from adarl.config.allocator import (
-    SEQUENTIAL_SAMPLERS,
-    AllocatorConfig,
-    AllocatorPlan,
-    RehearsalConfig,
-)
-from adarl.config.learner import LearnerConfig
+from adarl.config.allocator import SEQUENTIAL_SAMPLERS, AllocatorConfig, AllocatorPlan
 
 PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
 
@@ -51,7 +46,7 @@ class ObjectiveDeclaration:
     # implied weight w(p) and, when an objective is declared, w(p)/f'(p) (the gate), by p
     implied_weight: dict[str, float] = field(default_factory=dict)
     gate: dict[str, float] = field(default_factory=dict)
-    learner_terms: tuple[str, ...] = ()  # the learner's own terms (`declare_learner_terms`)
+    learner_terms: tuple[str, ...] = ()  # the learner's own terms, a line each
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,7 +121,7 @@ def declare_objective(
     *,
     hint_schedule: str = "off",
     reward: str = "verifier",
-    learner: LearnerConfig | None = None,
+    learner_terms: tuple[str, ...] = (),
 ) -> ObjectiveDeclaration:
     """The objective `plan`'s config optimises (see the module docstring).
 
@@ -134,8 +129,9 @@ def declare_objective(
     (x, h) instead: the same f, of the pass rate p(x, h) of the condition trained, through
     π(· | x, h) (adarl/allocator/hint_stage.py). With DRO's R3 (`reward="r3"`) the groups'
     rewards are R3's real-valued ones, so p stands for the prompt's mean R3 reward, not its
-    verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact. With
-    `learner`, the learner's terms follow (`declare_learner_terms`)."""
+    verifier pass rate, and the weights by p (computed for 0/1 rewards) are not exact.
+    `learner_terms`: the learner's lines (adarl/learner/loss_terms.py `declare_learner_terms`),
+    kept to follow the statement."""
     config = plan.config
     declaration = _declare_update(plan)
     if plan.coverage_phase is not None:
@@ -153,56 +149,9 @@ def declare_objective(
             f"{statement}; per prompt at the condition trained: p(x) unhinted, p(x, h) after a "
             f"collapse ({hint_schedule} hints)"
         )
-    terms = () if learner is None else declare_learner_terms(learner, rehearsal=config.rehearsal)
-    return dataclasses.replace(declaration, statement=statement, exact=exact, learner_terms=terms)
-
-
-def declare_learner_terms(
-    learner: LearnerConfig, *, rehearsal: RehearsalConfig | None = None
-) -> tuple[str, ...]:
-    """What the learner adds to the declared objective, one line per term that is on (none
-    for the plain clipped surrogate of one optimizer step per training step)."""
-    loss, terms = learner.loss, []
-    if loss.kl_coef > 0:
-        anchor = learner.reference_model or "the initial policy"
-        reset = learner.reference_reset_every_steps
-        terms.append(
-            f"KL anchor: minus {loss.kl_coef:g}·KL(π_θ ‖ π_ref) ({loss.kl_estimator} per token on "
-            f"the policy's samples), π_ref = {anchor}"
-            + (
-                f", reset to the current policy every {reset} training steps (ProRL)"
-                if reset
-                else ""
-            )
-        )
-    if loss.simko_alpha > 0:
-        terms.append(
-            f"SimKO (α = {loss.simko_alpha:g}, top-{loss.simko_top_k}, entropy quantile "
-            f"{loss.simko_entropy_quantile:g}, negative scale {loss.simko_negative_scale:g}): "
-            "declares no f(p) objective: moves probability to the top-K candidates of "
-            "high-entropy tokens of positive responses"
-        )
-    if rehearsal is not None and rehearsal.enabled:
-        terms.append(
-            f"DPH-RL rehearsal: minus {loss.rehearsal_coef:g}·KL(π_ref ‖ π_θ) (forward, k3 on "
-            f"{rehearsal.per_step} stored correct samples per step of the prompts whose first "
-            f"pool of ≥ {rehearsal.min_samples} samples was all correct; π_ref = "
-            f"{learner.reference_model or 'the base'}): declares no f(p) objective; those "
-            "prompts draw no rollout, so the objective above is over the other prompts"
-        )
-    if loss.entropy_coef != 0:
-        terms.append(
-            f"entropy term: plus {loss.entropy_coef:g}·H(π_θ) per token (an entropy bonus when "
-            "> 0): declares no f(p) objective"
-        )
-    mini, epochs = learner.mini_batches_per_step, learner.epochs_per_step
-    if mini > 1 or epochs > 1:
-        terms.append(
-            f"mini-batch updates ({mini} mini-batch{'es' if mini > 1 else ''} × {epochs} "
-            f"epoch{'s' if epochs > 1 else ''} per training step): first mini-batch: the declared "
-            "objective; later ones: clipped off-policy steps of it (docs/algorithms.md §14.1)"
-        )
-    return tuple(terms)
+    return dataclasses.replace(
+        declaration, statement=statement, exact=exact, learner_terms=tuple(learner_terms)
+    )
 
 
 def _declare_update(plan: AllocatorPlan) -> ObjectiveDeclaration:

@@ -3,8 +3,8 @@
 DPH-RL (arXiv 2509.07430; seamoke/DPH-RL) samples 8 responses per training prompt from the base
 model π₀ before training; prompts with 8/8 correct form D_pef, the rest D_exp. RL trains on
 D_exp only, and on D_pef one stored correct π₀ response y per prompt adds η·Agg_t[k3(log π₀ -
-log π_θ)] to the loss, an estimate of the forward KL(π₀ ‖ π_θ) (adarl/algo/loss.py,
-`rehearsal_forward_kl`).
+log π_θ)] to the loss, an estimate of the forward KL(π₀ ‖ π_θ): the loss term `Rehearsal`
+(adarl/algo/loss_terms.py), which trains these rows alone.
 
 adarl draws no extra rollouts for it (every rollout an arm draws counts): the store is fed from
 the pools the run samples anyway. A prompt whose **first** pool of the run holds at least
@@ -15,7 +15,11 @@ store is a deterministic function of the run's draws. Then:
 * a D_pef prompt drawn again is not sampled for RL (`holds`; the allocator leaves it out of the
   step before any rollout, counted as `sampling/rehearsal_skipped_prompts`);
 * each step trains up to `rows_per_step` stored samples as rehearsal rows (`rows`: `Group`s
-  flagged `rehearsal`, advantage 0), cycling through the store in insertion order.
+  `trained_by` the rehearsal term, advantage 0), cycling through the store in insertion order.
+
+That is all of DPH-RL: this store, the loss term, and its registry entry (adarl/learner/
+loss_terms.py, which builds the term when `allocator.rehearsal.enabled`); the batch, the
+mini-batch cut, the loss and the learner handle its rows as any term's own rows.
 
 The stored sample was drawn by the policy of its step, not exactly by π₀ (early in a run the two
 are close: a prompt's first pool comes at its first visit); π₀'s log-probs come from the
@@ -31,6 +35,9 @@ from typing import Any
 
 from adarl.allocator.samplers.base import is_positive
 from adarl.types import Group, ScoredRollout, TaskExample
+
+# The loss term that trains the stored rows (adarl/algo/loss_terms.py `Rehearsal`, of this name).
+REHEARSAL_TERM = "rehearsal"
 
 
 class RehearsalStore:
@@ -97,7 +104,7 @@ class RehearsalStore:
                 pool_size=0,  # no sample drawn for it this step
                 pool_positives=0,
                 resolved=True,
-                rehearsal=True,
+                trained_by=REHEARSAL_TERM,
             )
             for scored in chosen
         ]

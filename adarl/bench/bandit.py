@@ -31,7 +31,7 @@ import torch
 
 from adarl.algo.drawing import DrawRule, expected_samples_drawn
 from adarl.algo.implied import implied_weight, log_gate
-from adarl.algo.loss import policy_loss
+from adarl.algo.loss import LossInputs, policy_loss
 from adarl.algo.stopping import StoppingRule
 from adarl.allocator import Sampler, build_allocator
 from adarl.allocator.allocator import BudgetAllocator
@@ -348,12 +348,14 @@ def first_mini_batch_gradient(p: float, group: Group) -> np.ndarray:  # [4]
     logprobs = torch.log_softmax(theta, dim=0)[actions][:, None]  # [N, 1]
     count = rows * group.sequence_weight
     output = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=logprobs.detach(),
-        advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
-        response_mask=torch.ones((rows, 1), dtype=torch.bool),
-        global_num_tokens=count,
-        global_num_sequences=count,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=logprobs.detach(),
+            advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
+            response_mask=torch.ones((rows, 1), dtype=torch.bool),
+            global_num_tokens=count,
+            global_num_sequences=count,
+        )
     )
     (gradient,) = torch.autograd.grad(output.loss, theta)
     return -gradient.numpy()
@@ -372,15 +374,17 @@ def stale_gradient(p: float, group: Group, *, tis_cap: float) -> np.ndarray:  # 
     actions = torch.tensor([int(s.rollout.completion.text) for s in group.rollouts])
     logprobs = torch.log_softmax(theta, dim=0)[actions][:, None]  # [n, 1]
     output = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=torch.tensor(
-            [[s.rollout.completion.logprobs[0]] for s in group.rollouts], dtype=torch.float64
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=torch.tensor(
+                [[s.rollout.completion.logprobs[0]] for s in group.rollouts], dtype=torch.float64
+            ),
+            advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
+            response_mask=torch.ones((n, 1), dtype=torch.bool),
+            global_num_tokens=float(n),
+            global_num_sequences=float(n),
+            proximal_logprobs=logprobs.detach(),
         ),
-        advantages=torch.tensor(group.advantages, dtype=torch.float64)[:, None],
-        response_mask=torch.ones((n, 1), dtype=torch.bool),
-        global_num_tokens=float(n),
-        global_num_sequences=float(n),
-        proximal_logprobs=logprobs.detach(),
         tis_cap=tis_cap,
     )
     (gradient,) = torch.autograd.grad(output.loss, theta)

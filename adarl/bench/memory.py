@@ -113,7 +113,8 @@ def run_variant(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from adarl.algo.loss import policy_loss
+    from adarl.algo.loss import LossInputs, policy_loss
+    from adarl.algo.loss_terms import Entropy
     from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
 
     if variant not in VARIANTS:
@@ -140,16 +141,19 @@ def run_variant(
     else:
         logprobs, entropy = scorer(input_ids, attention_mask, response_mask)
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=advantages,
-        response_mask=response_mask,
-        global_num_tokens=int(response_mask.sum()),
-        global_num_sequences=sequences,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=behaviour,
+            advantages=advantages,
+            response_mask=response_mask,
+            global_num_tokens=int(response_mask.sum()),
+            global_num_sequences=sequences,
+            entropy=entropy,
+        ),
         aggregation="token_mean",
         clip_low=0.2,
         clip_high=0.28,
-        entropy=entropy,
+        terms=(Entropy(),),
     )
     out.loss.backward()
     seconds = time.perf_counter() - start

@@ -145,30 +145,34 @@ def run_load_rank(
     import torch
     import transformers.models.qwen2.modeling_qwen2  # noqa: F401
 
-    from adarl.learner.learner import Learner, TokenScorer
+    from adarl.learner import engine
+    from adarl.learner.learner import Learner
+    from adarl.learner.logprobs import TokenScorer
 
     loads: list[int] = []  # anonymous peak of each model load
+    load_scorer = engine.load_scorer
 
-    class _Measured(Learner):
-        def _load_model(self, path: str) -> TokenScorer:
-            with _Sampler() as sampler:
-                if variant == "partitioned":
-                    scorer = super()._load_model(path)
-                else:  # the reference: every rank loads the whole model
-                    from transformers import AutoModelForCausalLM
+    def measured(path: str, settings: engine.EngineSettings) -> TokenScorer:
+        with _Sampler() as sampler:
+            if variant == "partitioned":
+                scorer = load_scorer(path, settings)
+            else:  # the reference: every rank loads the whole model
+                from transformers import AutoModelForCausalLM
 
-                    dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-                    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-                    scorer = TokenScorer(
-                        model.eval(),
-                        temperature=self.temperature,
-                        chunk_tokens=self.logprob_chunk_tokens,
-                    )
-            loads.append(sampler.peak_anonymous)
-            return scorer
+                dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float32
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+                scorer = TokenScorer(
+                    model.eval(),
+                    temperature=settings.temperature,
+                    chunk_tokens=settings.logprob_chunk_tokens,
+                )
+        loads.append(sampler.peak_anonymous)
+        return scorer
 
+    # This process runs one rank's set-up and exits: its model loads are measured in place.
+    engine.load_scorer = measured  # type: ignore[assignment]
     torch.set_num_threads(1)
-    learner = _Measured(
+    learner = Learner(
         model_path=model_dir, rank=rank, world_size=world_size, zero_stage=3, precision=precision
     )
     _, before = _memory_bytes()
@@ -346,7 +350,7 @@ def format_section(
         "",
         *(f"- {key}: {value}" for key, value in setup.items()),
         "",
-        "ZeRO-3 learner ranks, each loading the model (`Learner._load_model`) and setting up "
+        "ZeRO-3 learner ranks, each loading the model (`engine.load_scorer`) and setting up "
         "its DeepSpeed engine. Memory is the rank's anonymous (private) memory above what it "
         "held before; RSS also counts the memory-mapped checkpoint's pages, which the page "
         "cache shares between the ranks of a node.",

@@ -19,7 +19,7 @@ A step:
     examples = prompts.next_batch(prompts_per_step)
     phase    = collect_groups(step, examples, parts)   # adarl/driver/rollout_phase.py: allocator ⇄
                                                        # rollout pool ⇄ reward pool, streaming
-    batch    = TrainBatch.from_groups(phase.result.groups)  # + rehearsal rows (DPH-RL), if any
+    batch    = TrainBatch.from_groups(phase.result.groups)  # + its term groups (DPH-RL), if any
     trained  = learners.train_step(batch)
     version  = sync_weights()                          # learners ─► engines
     evaluate / log / checkpoint                        # adarl/session.py
@@ -150,8 +150,9 @@ class Driver:
         self.sequence_tokens_generated += phase.tokens + phase.prompt_tokens
         result = phase.result
         groups, stale_metrics = self.drop_stale(result.groups)
-        # Rehearsal rows (DPH-RL) ride with a step's groups: a step without any trains nothing.
-        rows = [*groups, *result.rehearsal] if groups else []
+        # Groups a loss term trains alone (DPH-RL's rehearsal rows) ride with a step's groups: a
+        # step without any group trains nothing.
+        rows = [*groups, *result.term_groups] if groups else []
         with self.timer.stage("batch"):
             batch = TrainBatch.from_groups(rows, pad_token_id=self.parts.codec.pad_token_id)
         with self.timer.stage("train"):

@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
 from adarl.types import TrainBatch
+
+
+class RowCounts(NamedTuple):
+    """The whole batch's counts of the rows one loss term trains alone."""
+
+    tokens: int  # their response tokens
+    sequences: int  # those of them with at least one response token
 
 
 @dataclass(frozen=True)
@@ -25,38 +33,48 @@ class BatchCounts:
 
     `loss_tokens` / `loss_sequences` are the counts the loss divides by: each sequence counts
     `TrainBatch.sequence_weights[b]` (1 by default), so a whole pool of N samples can train as n
-    sequences' worth (adarl.allocator.group_builder). Rehearsal rows (`TrainBatch.rehearsal`)
-    are counted apart, one each: the loss's rehearsal term is normalised by their counts, every
-    other term by the rest's.
+    sequences' worth (adarl.allocator.group_builder). The rows a loss term trains alone
+    (`TrainBatch.term_rows`) are counted apart, one each, by term (`term_rows`): that term is
+    normalised by their counts, every other term by the rest's.
     """
 
-    num_tokens: int  # response tokens (rehearsal rows' excluded)
-    num_sequences: int  # sequences with at least one response token (rehearsal rows excluded)
-    loss_tokens: float  # Σ_b w_b · (response tokens of b), rehearsal rows excluded
+    num_tokens: int  # response tokens (term rows' excluded)
+    num_sequences: int  # sequences with at least one response token (term rows excluded)
+    loss_tokens: float  # Σ_b w_b · (response tokens of b), term rows excluded
     loss_sequences: float  # Σ_b w_b over sequences with at least one response token, the same
-    rehearsal_tokens: int = 0  # the rehearsal rows' response tokens
-    rehearsal_sequences: int = 0  # rehearsal rows with at least one response token
+    term_rows: dict[str, RowCounts] = field(default_factory=dict)  # by term name
 
     @staticmethod
     def of(batch: TrainBatch) -> BatchCounts:
         response_lengths = batch.response_mask.sum(dim=1)
         has_response = response_lengths > 0
-        rehearsal = (
-            torch.zeros_like(has_response) if batch.rehearsal is None else batch.rehearsal.bool()
-        )
-        trained = has_response & ~rehearsal
+        owned = term_owned_rows(batch)
+        trained = has_response & ~owned
         if batch.sequence_weights is None:
             weights = trained.float()
         else:
             weights = batch.sequence_weights.float() * trained
         return BatchCounts(
-            num_tokens=int(response_lengths[~rehearsal].sum()),
+            num_tokens=int(response_lengths[~owned].sum()),
             num_sequences=int(trained.sum()),
             loss_tokens=float((weights * response_lengths).sum()),
             loss_sequences=float(weights.sum()),
-            rehearsal_tokens=int(response_lengths[rehearsal].sum()),
-            rehearsal_sequences=int((has_response & rehearsal).sum()),
+            term_rows={
+                name: RowCounts(
+                    tokens=int(response_lengths[rows].sum()),
+                    sequences=int((has_response & rows).sum()),
+                )
+                for name, rows in batch.term_rows.items()
+            },
         )
+
+
+def term_owned_rows(batch: TrainBatch) -> torch.Tensor:  # [B] bool
+    """The rows some loss term trains alone (`TrainBatch.term_rows`, any term)."""
+    owned = torch.zeros(batch.num_sequences, dtype=torch.bool)
+    for rows in batch.term_rows.values():
+        owned = owned | rows.bool()
+    return owned
 
 
 @dataclass(frozen=True)
@@ -67,8 +85,8 @@ class MiniBatchShard:
     num_micro_batches: int  # the same on every rank (the most any rank needs)
     global_num_tokens: float  # the mini-batch's loss normalisers (`BatchCounts`), all ranks
     global_num_sequences: float
-    global_num_rehearsal_tokens: float = 0.0  # the rehearsal term's normalisers, all ranks
-    global_num_rehearsal_sequences: float = 0.0
+    # the normalisers of each term that trains rows alone, all ranks
+    term_rows: dict[str, RowCounts] = field(default_factory=dict)
 
 
 def group_runs(batch: TrainBatch) -> list[range]:
@@ -100,30 +118,31 @@ def split_mini_batches(batch: TrainBatch, num_mini_batches: int) -> list[TrainBa
     sample of the step's prompts and its gradient estimates the declared objective's. With
     fewer groups than M, each group is a mini-batch. M = 1 is the batch itself.
 
-    Rehearsal rows (`TrainBatch.rehearsal`) are not groups of the step: the groups are cut as
-    without them, and the rehearsal rows are dealt to the mini-batches in turn (row r to
-    mini-batch r mod M', M' the number of mini-batches), so every optimizer step rehearses when
-    there are enough rows and the first does whenever there is one."""
+    Rows a loss term trains alone (`TrainBatch.term_rows`: DPH-RL's rehearsal rows) are not
+    groups of the step: the groups are cut as without them, and those rows are dealt to the
+    mini-batches in turn (row r to mini-batch r mod M', M' the number of mini-batches), so every
+    optimizer step trains that term when there are enough rows and the first does whenever there
+    is one."""
     if num_mini_batches < 1:
         raise ValueError(f"num_mini_batches must be >= 1, got {num_mini_batches}")
     if num_mini_batches == 1:
         return [batch]
-    rehearsal = [] if batch.rehearsal is None else batch.rehearsal.nonzero().flatten().tolist()
+    owned = term_owned_rows(batch).nonzero().flatten().tolist()
     runs = group_runs(batch)
-    if rehearsal:
-        rehearsed = set(rehearsal)
-        if any(len({row in rehearsed for row in run}) > 1 for run in runs):
+    if owned:
+        apart = set(owned)
+        if any(len({row in apart for row in run}) > 1 for run in runs):
             raise ValueError(
-                "TrainBatch.rehearsal flags part of a group: a rehearsal row is a group of its "
-                "own (TrainBatch.from_groups lays rehearsal groups out so)"
+                "TrainBatch.term_rows flags part of a group: a group's rows are trained by the "
+                "policy or by one term (TrainBatch.from_groups lays groups out so)"
             )
-        runs = [run for run in runs if run.start not in rehearsed] or [range(0)]
+        runs = [run for run in runs if run.start not in apart] or [range(0)]
     parts = min(num_mini_batches, len(runs))
     bounds = [len(runs) * k // parts for k in range(parts + 1)]
     return [
         batch.select(
             torch.tensor(
-                [row for run in runs[lo:hi] for row in run] + rehearsal[part::parts],
+                [row for run in runs[lo:hi] for row in run] + owned[part::parts],
                 dtype=torch.long,
             )
         )
@@ -139,7 +158,7 @@ def plan_mini_batch_shards(
     plans: list[list[MiniBatchShard]] = [[] for _ in range(world_size)]
     for mini in split_mini_batches(batch, num_mini_batches):
         counts = BatchCounts.of(mini)
-        if counts.num_tokens == 0 and counts.rehearsal_tokens == 0:
+        if counts.num_tokens == 0 and not any(c.tokens for c in counts.term_rows.values()):
             continue  # groups without a response token: nothing to train, no step to take
         shards = shard_batch(mini, world_size)
         num_micro = max_micro_batches(shards, max_tokens)
@@ -150,8 +169,7 @@ def plan_mini_batch_shards(
                     num_micro_batches=num_micro,
                     global_num_tokens=counts.loss_tokens,
                     global_num_sequences=counts.loss_sequences,
-                    global_num_rehearsal_tokens=float(counts.rehearsal_tokens),
-                    global_num_rehearsal_sequences=float(counts.rehearsal_sequences),
+                    term_rows=counts.term_rows,
                 )
             )
     return plans

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 from adarl.config.faults import FaultsConfig
 from adarl.config.seeds import seed_or_default
 from adarl.learner.group import LearnerGroup
+from adarl.learner.loss_terms import build_loss_terms
 
 if TYPE_CHECKING:
+    from adarl.algo.loss import LossTerm
     from adarl.config.learner import LearnerConfig
 
 
@@ -24,15 +26,15 @@ def build_learner_group(
     gpus_per_learner: float = 0.0,
     faults: FaultsConfig | None = None,
     scheduling: Sequence[Any] | None = None,
-    rehearsal: bool = False,
+    terms: Sequence[LossTerm] | None = None,
 ) -> LearnerGroup:
     """Start `num_learners` learners on the policy at `model_path` (an HF model directory).
 
     `temperature`: the training rollouts' sampling temperature (`rollout.temperature`); the
     learners score softmax(logits / temperature), the distribution the engines sampled from.
     `faults`: the call time limit and the non-finite streak (defaults: `FaultsConfig()`);
-    `scheduling`: the resource plan's placement of each rank. `rehearsal`: batches will hold
-    rehearsal rows (`allocator.rehearsal.enabled`): the frozen reference is loaded for them.
+    `scheduling`: the resource plan's placement of each rank. `terms`: the loss terms
+    (`build_loss_terms`, with the run's `allocator.rehearsal`); None = those `config` turns on.
     """
     config.validate()
     faults = faults or FaultsConfig()
@@ -65,5 +67,5 @@ def build_learner_group(
         reference_model_path=config.reference_model,
         seed=seed_or_default(config.seed),
         device="cuda" if gpus_per_learner > 0 else "cpu",
-        rehearsal=rehearsal,
+        terms=build_loss_terms(config) if terms is None else tuple(terms),
     )

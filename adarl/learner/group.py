@@ -44,6 +44,7 @@ from adarl.learner.batching import (
     plan_mini_batch_shards,
     sequence_lengths,
     split_across_ranks,
+    term_owned_rows,
     validate_train_batch,
 )
 from adarl.learner.checkpoint import latest_tag
@@ -415,13 +416,13 @@ class LearnerGroup:
                 for key, value in rank.loss_metrics.items():
                     shares[key] = shares.get(key, 0.0) + value
             per_step.append(shares)
-        # Every key any optimizer step reports (a mini-batch without rehearsal rows reports no
-        # rehearsal term), in the order they first appear.
+        # Every key any optimizer step reports (a mini-batch without a term's own rows reports
+        # no value of that term), in the order they first appear.
         keys = dict.fromkeys(key for shares in per_step for key in shares)
         metrics = {key: _mean([s[key] for s in per_step if key in s]) for key in keys}
         if "train/mismatch_kl" in per_step[0]:
             metrics["train/mismatch_kl"] = per_step[0]["train/mismatch_kl"]
-        rehearsal_rows = 0 if batch.rehearsal is None else int(batch.rehearsal.sum())
+        owned = term_owned_rows(batch)
         padded = sum(r.padded_tokens for ranks in steps for r in ranks)
         real = int(batch.attention_mask.sum()) * self.epochs_per_step  # each pass reads all
         metrics.update(
@@ -429,7 +430,7 @@ class LearnerGroup:
                 "train/grad_norm": _mean([ranks[0].grad_norm for ranks in steps]),
                 "train/learning_rate": _mean([ranks[0].learning_rate for ranks in steps]),
                 "train/optimizer_steps": float(len(steps)),
-                "train/sequences": float(batch.num_sequences - rehearsal_rows),
+                "train/sequences": float(batch.num_sequences - int(owned.sum())),
                 "train/response_tokens": float(counts.num_tokens),
                 "train/weight_version": float(self._version),
                 "perf/micro_batches_per_rank": float(
@@ -444,13 +445,13 @@ class LearnerGroup:
                 ),
             }
         )
+        for name, rows in batch.term_rows.items():
+            metrics[f"train/{name}_rows"] = float(rows.sum())
         sampled = batch.weight_versions
-        if batch.rehearsal is not None:
-            # Rehearsal rows are stored samples of earlier steps, trained by design on no
-            # ratio: how stale they are says nothing about the step's samples.
-            metrics["train/rehearsal_rows"] = float(rehearsal_rows)
-            if sampled is not None:
-                sampled = sampled[~batch.rehearsal]
+        if batch.term_rows and sampled is not None:
+            # A term's own rows (DPH-RL's rehearsal rows: stored samples of earlier steps) are
+            # trained on no ratio: how stale they are says nothing about the step's samples.
+            sampled = sampled[~owned]
         if sampled is not None and len(sampled):
             lag = (version_trained_on - sampled).float()
             metrics["train/staleness_mean"] = float(lag.mean())

@@ -1,80 +1,70 @@
-"""One data-parallel learner rank: a DeepSpeed engine over an HF causal LM, trained with the
-generic loss.
+"""One data-parallel learner rank: its training steps on a DeepSpeed engine over an HF causal LM,
+with the generic loss and the loss terms it was given.
 
 A `Learner` is a plain class. `LearnerGroup` (adarl/learner/group.py) runs N of them as Ray actors
 (or one in-process), cuts each TrainBatch across them and sums what they report.
 
 Life cycle: `Learner(...)` only records settings; `setup(master_addr=..., master_port=...)` joins
-the process group (adarl/learner/process_group.py) and builds the engine. What leaves the rank
-lives beside this module: its weights (listed, gathered, broadcast to the engines, exported as an
-HF model: adarl/learner/weights.py) and its checkpoint (adarl/learner/checkpoint.py). The
-`Learner` methods of those names are the actor's interface: the group and weight sync call them
-by name on every rank, and they hand the work to those modules.
+the process group (adarl/learner/process_group.py) and builds what the rank trains with (its
+engine and, when a loss term needs it, the frozen reference: adarl/learner/engine.py). What else
+a rank does lives beside this module, each concern in its own: its forward passes and the
+statistics taken without training (adarl/learner/scoring.py), its reference model and ProRL's
+reset of it (adarl/learner/reference.py), its weights (listed, gathered, broadcast to the engines,
+exported as an HF model: adarl/learner/weights.py) and its checkpoint (adarl/learner/
+checkpoint.py). The `Learner` methods of those names are the actor's interface: the group and
+weight sync call them by name on every rank, and they hand the work to those modules.
 
-The optimizer is torch's AdamW, passed to DeepSpeed as a client optimizer, so that a fresh CPU
-machine compiles no C++ on first use (measured, DeepSpeed 0.19.8: FusedAdam ≈ 43 s, CPUAdam
-≈ 45 s; the process group's part of this: adarl/learner/process_group.py).
-
-Gradient accumulation is caller-owned (`managed_gradient_accumulation: false`): a step runs as
-many micro-batches as its token budget needs and calls `engine.step()` once. Every micro-batch's
-loss is its additive share of the whole-batch loss (adarl.algo.loss normalises by whole-batch
-counts) times the world size, undoing DeepSpeed's averaging over ranks, so the accumulated
-gradient is exactly the gradient of the one big batch.
+A training step accumulates gradients over as many micro-batches as its token budget needs and
+calls `engine.step()` once per mini-batch. Every micro-batch's loss is its additive share of the
+whole-batch loss (adarl.algo.loss normalises by whole-batch counts) times the world size,
+undoing DeepSpeed's averaging over ranks, so the accumulated gradient is exactly the gradient of
+the one big batch.
 
 A step whose loss or gradient norm is NaN or infinite changes nothing: a micro-batch with a
 non-finite loss back-propagates NaN, and the optimizer then discards the whole update on every
-rank (DeepSpeed's overflow check at ZeRO 1-3 and under bf16; `_clip_stage0_gradients` for the
-stage-0 fp32 client optimizer, which DeepSpeed does not check). The weights, the optimizer state
-and the LR schedule stay as they were, and the rank reports `skipped_nonfinite`.
+rank (adarl/learner/engine.py). The rank reports `skipped_nonfinite`.
 
 The policy is π_T = softmax(logits / T) at the rollouts' temperature T (`temperature`): policy
 log-probs, entropy and the reference model's log-probs all use it, so the PPO ratio and the KL
-compare the distribution the engines sampled from (adarl/rollout/common.py). Log-probs and
-entropy come from `TokenScorer` (adarl/learner/logprobs.py): the output head runs only at the
-scored positions, `logprob_chunk_tokens` rows at a time under activation checkpointing, so no
-[B, T, V] tensor is ever formed. `activation_checkpointing` also checkpoints the transformer
-layers. The model is loaded in the training precision (bf16 weights under `precision="bf16"`);
-under ZeRO-3 a local checkpoint is loaded partitioned (adarl/learner/loading.py), so no rank
-ever holds the whole model.
+compare the distribution the engines sampled from (adarl/rollout/common.py).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from adarl.algo.loss import policy_loss
-from adarl.config.learner import PolicyLossConfig
-from adarl.learner.batching import MiniBatchShard, plan_micro_batches, sequence_lengths
-from adarl.learner.checkpoint import (
-    load_engine_state,
-    load_engine_weights,
-    load_reference_state,
-    save_engine_state,
-    save_reference_state,
-)
-from adarl.learner.grad_norms import per_sequence_embedding_grad_norms, response_nll
-from adarl.learner.loading import checkpoint_files, load_partitioned
-from adarl.learner.logprobs import TokenScorer, enable_activation_checkpointing
+from adarl.algo.loss import LossInputs, LossTerm, TermNeeds, TermRows, policy_loss
+from adarl.config.learner import LearnerConfig, PolicyLossConfig
+from adarl.learner.batching import MiniBatchShard, RowCounts
+from adarl.learner.checkpoint import load_engine_state, load_engine_weights, save_engine_state
+from adarl.learner.engine import EngineSettings, Stage0Clip, build_engine, build_reference
+from adarl.learner.logprobs import TokenScorer
+from adarl.learner.loss_terms import build_loss_terms
 from adarl.learner.process_group import (
     free_port,
     join_process_group,
     leave_process_group,
     use_deepspeed_accelerator,
 )
+from adarl.learner.reference import ReferenceModel
+from adarl.learner.scoring import (
+    Forward,
+    forward,
+    micro_batches,
+    sample_gradient_norms,
+    score_positions,
+)
 from adarl.learner.weights import PolicyWeights, WeightInfo
 from adarl.types import TrainBatch
 
 if TYPE_CHECKING:
     from adarl.weight_transport import BucketLayout
-
-logger = logging.getLogger(__name__)
 
 SETUP_NOT_CALLED = "Learner.setup(master_addr=..., master_port=...) was not called"
 
@@ -91,17 +81,6 @@ class RankStepResult:
     forward_backward_s: float
     optimizer_step_s: float
     skipped_nonfinite: bool = False  # the update was discarded: non-finite loss or gradients
-
-
-class _Forward(NamedTuple):
-    """What `Learner._forward` returns (on the rank's device)."""
-
-    logprobs: torch.Tensor  # [B, T] log π_T at the scored positions, 0 elsewhere
-    entropy: torch.Tensor  # [B, T] H(π_T) there
-    input_ids: torch.Tensor  # [B, T]
-    attention_mask: torch.Tensor  # [B, T] long
-    top_logprobs: torch.Tensor | None = None  # [B, T, K] with top_k > 0
-    is_top1: torch.Tensor | None = None  # [B, T] bool with top_k > 0
 
 
 @dataclass
@@ -136,6 +115,7 @@ class Learner:
         max_grad_norm: float = 1.0,
         max_tokens_per_micro_batch: int = 8192,
         loss: PolicyLossConfig | None = None,
+        terms: Sequence[LossTerm] | None = None,
         reference_model_path: str | None = None,
         seed: int = 0,
         device: str = "auto",
@@ -143,54 +123,53 @@ class Learner:
         temperature: float = 1.0,
         logprob_chunk_tokens: int = 1024,
         activation_checkpointing: bool = False,
-        rehearsal: bool = False,
     ) -> None:
-        """`rehearsal`: batches will hold rehearsal rows (`allocator.rehearsal.enabled`), whose
-        forward-KL term needs the frozen reference model, which is then loaded even when
-        `loss.kl_coef` is 0."""
+        """`loss`: the clipped term's settings (`PolicyLossConfig`: aggregation, clip range,
+        ratio reference, TIS cap). `terms`: the loss terms, built once from config
+        (adarl/learner/loss_terms.py, `build_loss_terms`); None = those `loss` turns on (every
+        term but DPH-RL's rehearsal, which its store in the allocator feeds). The frozen
+        reference (`reference_model_path`, default the initial policy) is loaded only when a
+        term needs it."""
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
-        if zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
-        if temperature <= 0:
-            raise ValueError(
-                f"temperature must be > 0 (the rollouts' sampling temperature), got {temperature}"
-            )
-        if logprob_chunk_tokens < 1:
-            raise ValueError(f"logprob_chunk_tokens must be >= 1, got {logprob_chunk_tokens}")
         # The config's record, defaults and checks: the loss settings are written once.
         loss = loss or PolicyLossConfig()
         loss.validate()
+        self.settings = EngineSettings(
+            zero_stage=zero_stage,
+            precision=precision,
+            learning_rate=learning_rate,
+            adam_betas=adam_betas,
+            adam_eps=adam_eps,
+            weight_decay=weight_decay,
+            lr_warmup_steps=lr_warmup_steps,
+            max_grad_norm=max_grad_norm,
+            temperature=temperature,
+            logprob_chunk_tokens=logprob_chunk_tokens,
+            activation_checkpointing=activation_checkpointing,
+        )
         self.model_path = model_path
         self.rank = rank
         self.world_size = world_size
         self.zero_stage = zero_stage
-        self.precision = precision
-        self.learning_rate = learning_rate
-        self.adam_betas = adam_betas
-        self.adam_eps = adam_eps
-        self.weight_decay = weight_decay
-        self.lr_warmup_steps = lr_warmup_steps
-        self.max_grad_norm = max_grad_norm
         self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
         self.loss = loss
+        self.terms = tuple(build_loss_terms(LearnerConfig(loss=loss)) if terms is None else terms)
+        self.needs = TermNeeds(
+            reference=any(t.needs.reference for t in self.terms),
+            entropy_grad=any(t.needs.entropy_grad for t in self.terms),
+            top_k=max((t.needs.top_k for t in self.terms), default=0),
+        )
         self.reference_model_path = reference_model_path or model_path
         self.seed = seed
         self.device_kind = device
         self.collective_timeout_s = collective_timeout_s
-        self.temperature = temperature
-        self.logprob_chunk_tokens = logprob_chunk_tokens
-        self.activation_checkpointing = activation_checkpointing
-        self.rehearsal = rehearsal
         self._engine: Any = None
-        self._reference: Any = None  # a plain module, or a DeepSpeed engine under ZeRO-3
+        self._clip: Stage0Clip | None = None
+        self._reference: ReferenceModel | None = None
         self._device = torch.device("cpu")
         self._owns_process_group = False
-        self._stage0_grad_norm: float | None = None
         self._weights: PolicyWeights | None = None
-        self._reference_was_reset = False  # the reference holds other weights than it loaded
 
     # ----------------------------------------------------------------------------- set-up
 
@@ -219,123 +198,13 @@ class Learner:
             backend="nccl" if use_cuda else "gloo",
             timeout_s=self.collective_timeout_s,
         )
-        self._engine = self._build_engine()
+        self._engine, self._clip = build_engine(self.model_path, self.settings)
         self._weights = PolicyWeights(
             self.module, rank=self.rank, zero_stage=self.zero_stage, device=self._device
         )
-        if self.loss.kl_coef != 0.0 or self.rehearsal:
-            self._reference = self._build_reference()
-
-    def _deepspeed_config(self) -> dict[str, Any]:
-        # Stage 0 fp32 uses the client optimizer directly and DeepSpeed does not keep the norm it
-        # clips with; clip in an optimizer pre-step hook instead (`_clip_stage0_gradients`).
-        deepspeed_clips = not self._stage0_fp32
-        return {
-            "train_micro_batch_size_per_gpu": 1,
-            "gradient_accumulation_steps": 1,
-            "managed_gradient_accumulation": False,
-            "gradient_clipping": self.max_grad_norm if deepspeed_clips else 0.0,
-            "zero_optimization": {"stage": self.zero_stage},
-            "zero_allow_untested_optimizer": True,
-            "bf16": {"enabled": self.precision == "bf16"},
-            "steps_per_print": 1 << 30,
-            "wall_clock_breakdown": False,
-        }
-
-    @property
-    def _stage0_fp32(self) -> bool:
-        return self.zero_stage == 0 and self.precision == "fp32"
-
-    def _load_model(self, path: str) -> TokenScorer:
-        from transformers import AutoModelForCausalLM
-
-        # Loaded in the training precision: DeepSpeed's bf16 mode casts the parameters to bf16
-        # (buffers such as rotary inv_freq stay fp32, as they do in a bf16 load) before it makes
-        # its fp32 master copies, so an fp32 load would only cost a transient fp32 copy per rank.
-        # Under ZeRO-3 a local checkpoint is loaded partitioned (`load_partitioned`): no rank
-        # ever holds the whole model; elsewhere every rank loads it whole, as DeepSpeed needs.
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-        files = checkpoint_files(path)
-        if self.zero_stage == 3 and files:
-            model = load_partitioned(
-                path, files, dtype=dtype, deepspeed_config=self._deepspeed_config()
-            )
-        else:
-            if self.zero_stage == 3:
-                logger.warning(
-                    "%s is not a local safetensors checkpoint: every ZeRO-3 rank loads the whole "
-                    "model before it is partitioned; download it to a directory to load it "
-                    "partitioned",
-                    path,
-                )
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        # Evaluation mode: no dropout, so the learner's log-probs are the engines' policy.
-        model.eval()
-        return TokenScorer(
-            model, temperature=self.temperature, chunk_tokens=self.logprob_chunk_tokens
-        )
-
-    def _build_engine(self) -> Any:
-        import deepspeed
-
-        model = self._load_model(self.model_path)
-        optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=self.learning_rate,
-            betas=self.adam_betas,
-            eps=self.adam_eps,
-            weight_decay=self.weight_decay,
-        )
-        if self._stage0_fp32:
-            optimizer.register_step_pre_hook(self._clip_stage0_gradients)
-        warmup = self.lr_warmup_steps
-
-        def schedule(opt: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-            # Linear warm-up over `warmup` steps, then constant. Step s uses factor (s+1)/warmup.
-            return torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0
-            )
-
-        engine, _, _, _ = deepspeed.initialize(
-            model=model,
-            optimizer=optimizer,
-            lr_scheduler=schedule,
-            config=self._deepspeed_config(),
-            dist_init_required=False,
-        )
-        engine.eval()
-        if self.activation_checkpointing:
-            # After engine.eval(), which would clear the layers' training flag again.
-            enable_activation_checkpointing(engine.module.hf_model)
-        return engine
-
-    def _build_reference(self) -> Any:
-        import deepspeed
-
-        model = self._load_model(self.reference_model_path)
-        for p in model.parameters():
-            p.requires_grad_(False)
-        if self.zero_stage != 3:
-            return model.to(device=self._device)
-        # ZeRO-3: the reference is partitioned like the policy (a frozen engine, no optimizer).
-        config = {k: v for k, v in self._deepspeed_config().items() if k != "gradient_clipping"}
-        engine, _, _, _ = deepspeed.initialize(model=model, config=config, dist_init_required=False)
-        engine.eval()
-        return engine
-
-    def _clip_stage0_gradients(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        max_norm = self.max_grad_norm if self.max_grad_norm > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        self._stage0_grad_norm = float(norm)
-        finite = bool(torch.isfinite(norm))
-        if not finite:
-            # No gradient, no update: AdamW skips parameters whose grad is None.
-            for param in params:
-                param.grad = None
-        # DeepSpeed reads `overflow` after the step: no LR-schedule step, was_step_applied()
-        # False, as its own optimizers do for ZeRO 1-3 (this client optimizer has no check).
-        optimizer.overflow = not finite  # type: ignore[attr-defined]
+        if self.needs.reference:
+            model = build_reference(self.reference_model_path, self.settings, self._device)
+            self._reference = ReferenceModel(model, rank=self.rank, zero_stage=self.zero_stage)
 
     def close(self) -> None:
         """Release the engine and the process groups (so another learner can start here;
@@ -348,8 +217,6 @@ class Learner:
             data_parallel_group=None if engine is None else engine.data_parallel_group,
         )
         self._owns_process_group = False
-
-    # ----------------------------------------------------------------------------- training
 
     @property
     def engine(self) -> Any:
@@ -371,54 +238,7 @@ class Learner:
         """Optimizer steps taken (restored by `load_checkpoint`)."""
         return int(self.engine.global_steps)
 
-    def _micro_batches(
-        self, batch: TrainBatch, num_micro_batches: int
-    ) -> list[tuple[list[int], TrainBatch] | None]:
-        """(rows, micro-batch) pairs, padded with None (an empty pass) to `num_micro_batches`."""
-        plan = plan_micro_batches(sequence_lengths(batch), self.max_tokens_per_micro_batch)
-        if len(plan) > num_micro_batches:
-            raise ValueError(
-                f"rank {self.rank} needs {len(plan)} micro-batches but the group planned "
-                f"{num_micro_batches}; the group and the learners must use the same "
-                "max_tokens_per_micro_batch"
-            )
-        parts: list[tuple[list[int], TrainBatch] | None] = [
-            (rows, batch.select(rows)) for rows in plan
-        ]
-        return parts + [None] * (num_micro_batches - len(plan))
-
-    def _forward(
-        self,
-        model: Any,
-        micro: TrainBatch | None,
-        *,
-        score: str = "response",
-        entropy_grad: bool = False,
-        top_k: int = 0,
-    ) -> _Forward:
-        """log π_T [B, T], entropy [B, T], input_ids and attention_mask on this rank's device,
-        and with `top_k` > 0 the K largest log-probs [B, T, K] and top-1 flags [B, T].
-
-        `model` is a `TokenScorer` or a DeepSpeed engine around one. `score` picks the positions:
-        "response" (the response tokens: what the loss needs) or "all" (every real token after
-        the first). `None` runs a two-token pass whose output is multiplied by zero by the
-        caller: ranks with fewer micro-batches take part in ZeRO's per-pass collectives without
-        changing gradients (its one scored token reaches every parameter).
-        """
-        if micro is None:
-            input_ids = torch.zeros(1, 2, dtype=torch.long, device=self._device)
-            attention_mask = torch.ones(1, 2, dtype=torch.long, device=self._device)
-            scored = torch.tensor([[False, True]], device=self._device)
-        else:
-            input_ids = micro.input_ids.to(self._device)
-            attention_mask = micro.attention_mask.to(self._device, dtype=torch.long)
-            if score == "response":
-                scored = micro.response_mask.to(self._device)
-            else:
-                scored = attention_mask.bool()
-                scored[:, 0] = False
-        scores = model(input_ids, attention_mask, scored, entropy_grad=entropy_grad, top_k=top_k)
-        return _Forward(*scores[:2], input_ids, attention_mask, *scores[2:])
+    # ----------------------------------------------------------------------------- training
 
     def train_step(
         self, mini_batches: Sequence[MiniBatchShard], *, epochs: int = 1
@@ -442,6 +262,13 @@ class Learner:
             for mini, old in zip(mini_batches, proximal, strict=True)
         ]
 
+    def _micro_batches(
+        self, batch: TrainBatch, num_micro_batches: int
+    ) -> list[tuple[list[int], TrainBatch] | None]:
+        return micro_batches(
+            batch, num_micro_batches, max_tokens=self.max_tokens_per_micro_batch, rank=self.rank
+        )
+
     @torch.no_grad()
     def _response_logprobs(self, mini: MiniBatchShard) -> torch.Tensor:  # [B, T] of the shard
         """log π_T of the shard's tokens under the current weights, micro-batch by micro-batch
@@ -449,7 +276,8 @@ class Learner:
         shard = mini.shard
         out = torch.zeros(shard.input_ids.shape, device=self._device)
         for part in self._micro_batches(shard, mini.num_micro_batches):
-            logprobs = self._forward(self.engine, None if part is None else part[1]).logprobs
+            micro = None if part is None else part[1]
+            logprobs = forward(self.engine, micro, device=self._device).logprobs
             if part is not None:
                 rows, micro = part
                 out[torch.tensor(rows), : micro.input_ids.shape[1]] = logprobs.float()
@@ -473,14 +301,7 @@ class Learner:
                 if part is not None and proximal_logprobs is not None:
                     rows, micro = part
                     old = proximal_logprobs[torch.tensor(rows), : micro.input_ids.shape[1]]
-                shares = self._accumulate_gradients(
-                    micro,
-                    global_num_tokens=mini.global_num_tokens,
-                    global_num_sequences=mini.global_num_sequences,
-                    global_num_rehearsal_tokens=mini.global_num_rehearsal_tokens,
-                    global_num_rehearsal_sequences=mini.global_num_rehearsal_sequences,
-                    proximal_logprobs=old,
-                )
+                shares = self._accumulate_gradients(micro, mini, proximal_logprobs=old)
                 if micro is not None:
                     padded_tokens += int(micro.input_ids.numel())
                 for key, value in shares.items():
@@ -503,84 +324,41 @@ class Learner:
     def _accumulate_gradients(
         self,
         micro: TrainBatch | None,
+        mini: MiniBatchShard,
         *,
-        global_num_tokens: float,
-        global_num_sequences: float,
-        global_num_rehearsal_tokens: float = 0.0,
-        global_num_rehearsal_sequences: float = 0.0,
         proximal_logprobs: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Forward and backward of one micro-batch: its share of the mini-batch's loss gradient
-        is added to the engine's gradients; returns its additive metric shares. `None` is an
-        empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step.
+        """Forward and backward of one micro-batch of `mini`: its share of the mini-batch's loss
+        gradient is added to the engine's gradients; returns its additive metric shares. `None`
+        is an empty pass (zero gradient, no metrics) that keeps ZeRO's collectives in step.
         `proximal_logprobs`: π_old scored earlier; None with ratio_reference "learner" means
-        the current weights (the first and only optimizer step of a training step). Rehearsal
-        rows (`TrainBatch.rehearsal`) are trained by the loss's forward-KL term alone, against
-        the frozen reference."""
+        the current weights (the first and only optimizer step of a training step)."""
         engine = self.engine
-        settings = self.loss
-        forward = self._forward(
+        scores = forward(
             engine,
             micro,
-            entropy_grad=settings.entropy_coef != 0.0,
-            top_k=settings.simko_top_k if settings.simko_alpha > 0 else 0,
+            device=self._device,
+            entropy_grad=self.needs.entropy_grad,
+            top_k=self.needs.top_k,
         )
-        logprobs, entropy = forward.logprobs, forward.entropy
         if micro is None:
             if self._reference is not None and self.zero_stage == 3:
                 # The partitioned reference gathers its parameters collectively in every
                 # forward: a rank without a micro-batch runs the same empty pass through it as
                 # the ranks that score theirs, or they would wait for it.
                 with torch.no_grad():
-                    self._forward(self._reference, None)
-            engine.backward(logprobs.sum() * 0.0, scale_wrt_gas=False)
+                    forward(self._reference.model, None, device=self._device)
+            engine.backward(scores.logprobs.sum() * 0.0, scale_wrt_gas=False)
             return {}
-        if micro.rehearsal is not None and bool(micro.rehearsal.any()) and self._reference is None:
-            raise RuntimeError(
-                "the batch holds rehearsal rows but this learner has no reference model: build "
-                "it with rehearsal=True (build_learner_group(..., rehearsal=True), as the session "
-                "does for allocator.rehearsal.enabled=true)"
-            )
-        ref_logprobs = None
-        if self._reference is not None:
-            with torch.no_grad():
-                ref_logprobs = self._forward(self._reference, micro).logprobs
+        settings = self.loss
         out = policy_loss(
-            logprobs=logprobs,
-            behaviour_logprobs=micro.behaviour_logprobs.to(self._device),
-            advantages=micro.advantages.to(self._device),
-            response_mask=micro.response_mask.to(self._device),
-            global_num_tokens=global_num_tokens,
-            global_num_sequences=global_num_sequences,
+            self._loss_inputs(micro, mini, scores, proximal_logprobs),
             aggregation=settings.aggregation,  # type: ignore[arg-type]  # validated in __init__
             clip_low=settings.clip_low,
             clip_high=settings.clip_high,
             dual_clip=settings.dual_clip,
-            proximal_logprobs=(
-                None
-                if settings.ratio_reference != "learner"
-                else logprobs.detach()
-                if proximal_logprobs is None
-                else proximal_logprobs
-            ),
             tis_cap=settings.tis_cap,
-            ref_logprobs=ref_logprobs,
-            kl_coef=settings.kl_coef,
-            kl_estimator=settings.kl_estimator,  # type: ignore[arg-type]
-            entropy=entropy,
-            entropy_coef=settings.entropy_coef,
-            top_logprobs=forward.top_logprobs,
-            is_top1=forward.is_top1,
-            simko_alpha=settings.simko_alpha,
-            simko_entropy_quantile=settings.simko_entropy_quantile,
-            simko_negative_scale=settings.simko_negative_scale,
-            rehearsal=None if micro.rehearsal is None else micro.rehearsal.to(self._device),
-            sequence_weights=(
-                None if micro.sequence_weights is None else micro.sequence_weights.to(self._device)
-            ),
-            rehearsal_coef=settings.rehearsal_coef,
-            global_num_rehearsal_tokens=global_num_rehearsal_tokens,
-            global_num_rehearsal_sequences=global_num_rehearsal_sequences,
+            terms=self.terms,
         )
         # DeepSpeed averages gradients over ranks; the shares must be summed instead.
         loss = out.loss * self.world_size
@@ -588,74 +366,88 @@ class Learner:
             # Make every gradient of this pass NaN (a NaN term that is constant in the
             # weights would otherwise leave finite gradients), so that the optimizer's
             # check discards the whole update on every rank.
-            loss = logprobs.sum() * float("nan")
+            loss = scores.logprobs.sum() * float("nan")
         engine.backward(loss, scale_wrt_gas=False)
         return out.metrics
 
+    def _loss_inputs(
+        self,
+        micro: TrainBatch,
+        mini: MiniBatchShard,
+        scores: Forward,
+        proximal_logprobs: torch.Tensor | None,
+    ) -> LossInputs:
+        """The micro-batch as the loss reads it: its tensors on this rank's device, the
+        mini-batch's counts, π_ref's log-probs where a term needs them, π_old per
+        ratio_reference, and the rows each term trains alone."""
+        device, logprobs = self._device, scores.logprobs
+        owners = {term.name for term in self.terms if term.needs.owns_rows}
+        term_rows = {}
+        for name, rows in micro.term_rows.items():
+            if name not in owners and bool(rows.any()):
+                raise RuntimeError(
+                    f"the batch holds rows trained by the loss term {name!r} but this learner "
+                    f"has no such term (its terms: {[t.name for t in self.terms]}): build the "
+                    "learners with the run's terms (build_loss_terms(config.learner, rehearsal="
+                    "config.allocator.rehearsal), as the session does)"
+                )
+            counts = mini.term_rows.get(name, RowCounts(0, 0))
+            term_rows[name] = TermRows(
+                rows.to(device), float(counts.tokens), float(counts.sequences)
+            )
+        ref_logprobs = None
+        if self._reference is not None:
+            with torch.no_grad():
+                ref_logprobs = forward(self._reference.model, micro, device=device).logprobs
+        if self.loss.ratio_reference != "learner":
+            proximal_logprobs = None
+        elif proximal_logprobs is None:
+            proximal_logprobs = logprobs.detach()
+        weights = micro.sequence_weights
+        return LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=micro.behaviour_logprobs.to(device),
+            advantages=micro.advantages.to(device),
+            response_mask=micro.response_mask.to(device),
+            global_num_tokens=mini.global_num_tokens,
+            global_num_sequences=mini.global_num_sequences,
+            sequence_weights=None if weights is None else weights.to(device),
+            proximal_logprobs=proximal_logprobs,
+            ref_logprobs=ref_logprobs,
+            entropy=scores.entropy,
+            top_logprobs=scores.top_logprobs,
+            is_top1=scores.is_top1,
+            term_rows=term_rows,
+        )
+
     def _last_grad_norm(self) -> float:
-        if self._stage0_fp32:
-            assert self._stage0_grad_norm is not None
-            return self._stage0_grad_norm
+        if self._clip is not None:
+            assert self._clip.last_norm is not None
+            return self._clip.last_norm
         norm = self.engine.get_global_grad_norm()
         if norm is None:
             raise RuntimeError("DeepSpeed reported no gradient norm after the step")
         return float(norm)
 
+    # ------------------------------------------------------------------- the actor's interface
+    # What leaves the rank, called by name on every rank by the group and weight sync; the work
+    # is done in adarl/learner/scoring.py, reference.py, weights.py and checkpoint.py.
+
     def sample_gradient_norms(
         self, batch: TrainBatch, *, num_micro_batches: int
     ) -> torch.Tensor:  # [B] float32
-        """‖∇_E NLL_b‖ per row (adarl.learner.grad_norms): the GVM statistic, weights unchanged.
+        """‖∇_E NLL_b‖ per row, weights unchanged (`scoring.sample_gradient_norms`)."""
+        parts = self._micro_batches(batch, num_micro_batches)
+        return sample_gradient_norms(
+            self.scorer, parts, num_rows=batch.num_sequences, device=self._device
+        )
 
-        One forward and one backward (w.r.t. the embedding output only) per micro-batch; no
-        parameter gradient is formed, so the next `train_step` is unaffected.
-        """
-        embedding = self.module.get_input_embeddings()  # the same module inside the scorer
-        vocab_size = int(self.module.config.vocab_size)
-        captured: list[torch.Tensor] = []
-        hook = embedding.register_forward_hook(lambda _m, _i, output: captured.append(output))
-        norms = torch.zeros(batch.num_sequences, dtype=torch.float32)
-        try:
-            for part in self._micro_batches(batch, num_micro_batches):
-                captured.clear()
-                # The bare module, not the engine: DeepSpeed's engine forward hooks its outputs so
-                # that only `engine.backward` may differentiate them. ZeRO-3's parameter gathering
-                # lives on the submodules and still runs.
-                forward = self._forward(self.scorer, None if part is None else part[1])
-                logprobs, input_ids = forward.logprobs, forward.input_ids
-                attention_mask = forward.attention_mask
-                (embedded,) = captured
-                if part is None:
-                    torch.autograd.grad(logprobs.sum() * 0.0, embedded)
-                    continue
-                rows, micro = part
-                nll = response_nll(logprobs, micro.response_mask.to(self._device))
-                (grads,) = torch.autograd.grad(nll.sum(), embedded)
-                norms[torch.tensor(rows)] = per_sequence_embedding_grad_norms(
-                    grads, input_ids, attention_mask.bool(), vocab_size=vocab_size
-                ).cpu()
-        finally:
-            hook.remove()
-        return norms
-
-    @torch.no_grad()
     def score(self, batch: TrainBatch) -> torch.Tensor:  # [B, T] float32
-        """log π_T (the learner's policy, at its temperature) at every real position of `batch`
-        (0 at position 0 and on padding), for tests and diagnostics.
-
-        A collective under ZeRO-3: call on all ranks with the same batch.
-        """
-        out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
-        plan = plan_micro_batches(sequence_lengths(batch), self.max_tokens_per_micro_batch)
-        for rows in plan:
-            micro = batch.select(rows)
-            forward = self._forward(self.scorer, micro, score="all")
-            logprobs, input_ids = forward.logprobs, forward.input_ids
-            out[torch.tensor(rows), : input_ids.shape[1]] = logprobs.cpu()
-        return out
-
-    # ------------------------------------------------------------------ weights, checkpoints
-    # The actor's interface for what leaves the rank: the group and weight sync call these by
-    # name on every rank; adarl/learner/weights.py and adarl/learner/checkpoint.py do the work.
+        """log π_T at every real position of `batch` (0 at position 0 and on padding), for tests
+        and diagnostics. A collective under ZeRO-3: call on all ranks with the same batch."""
+        return score_positions(
+            self.scorer, batch, max_tokens=self.max_tokens_per_micro_batch, device=self._device
+        )
 
     @property
     def policy_weights(self) -> PolicyWeights:
@@ -703,58 +495,25 @@ class Learner:
         with the group's `client_state` (adarl/learner/checkpoint.py); and the KL reference's
         weights once `reset_reference` has moved it off its initial ones."""
         save_engine_state(self.engine, directory, tag=tag, client_state=client_state)
-        if self._reference_was_reset:
-            save_reference_state(
-                self._reference_module,
-                directory,
-                tag=tag,
-                rank=self.rank,
-                partitioned=self.zero_stage == 3,
-            )
+        if self._reference is not None:
+            self._reference.save(directory, tag=tag)
 
     def load_checkpoint(self, directory: str, *, tag: str) -> dict[str, Any]:
         """Restore what `save_checkpoint` wrote; returns its `client_state`."""
         state = load_engine_state(self.engine, directory, tag=tag)
         if self._reference is not None:
-            self._reference_was_reset = load_reference_state(
-                self._reference_module, directory, tag=tag, partitioned=self.zero_stage == 3
-            )
+            self._reference.load(directory, tag=tag)
         return state
 
-    @property
-    def _reference_module(self) -> torch.nn.Module:
-        """The reference's `TokenScorer` (inside its frozen engine under ZeRO-3)."""
-        return getattr(self._reference, "module", self._reference)
-
-    @torch.no_grad()
     def reset_reference(self) -> None:
-        """ProRL's reference reset (Liu et al. 2025, arXiv 2505.24864): the KL anchor moves to the
-        current policy, so the KL term stops pulling the policy back towards where training
-        started and pulls it towards where it is now. (ProRL also resets the optimizer's
-        moments; adarl keeps them.) Collective under ZeRO-3."""
+        """ProRL's reference reset (`ReferenceModel.reset_to`): the KL anchor moves to the
+        current policy. (ProRL also resets the optimizer's moments; adarl keeps them.)
+        Collective under ZeRO-3."""
         if self._reference is None:
             raise RuntimeError(
                 "reset_reference needs a KL reference model: set learner.loss.kl_coef > 0"
             )
-        policy = dict(self.module.named_parameters())
-        targets = dict(self._reference_module.named_parameters())
-        if targets.keys() != policy.keys():
-            raise RuntimeError("the KL reference and the policy have different parameters")
-        if self.zero_stage == 3:
-            import deepspeed
-
-            # Every rank gathers both; rank 0's copy is partitioned back into the reference.
-            with (
-                deepspeed.zero.GatheredParameters(list(policy.values()), modifier_rank=None),
-                deepspeed.zero.GatheredParameters(list(targets.values()), modifier_rank=0),
-            ):
-                if self.rank == 0:
-                    for name, target in targets.items():
-                        target.copy_(policy[name])
-        else:
-            for name, target in targets.items():
-                target.copy_(policy[name])
-        self._reference_was_reset = True
+        self._reference.reset_to(self.module)
 
     def load_weights(self, directory: str, *, tag: str) -> None:
         """Only the policy's weights from what `save_checkpoint` wrote, by any number of ranks;

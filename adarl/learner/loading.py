@@ -2,7 +2,7 @@
 
 Under ZeRO-3 a local checkpoint is loaded partitioned (`load_partitioned`: each rank builds and
 reads only its share), so no rank ever holds the whole model; the learner loads anything else
-whole (`Learner._load_model`).
+whole (`adarl.learner.engine.load_scorer`).
 """
 
 from __future__ import annotations

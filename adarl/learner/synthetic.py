@@ -9,7 +9,8 @@ padding, micro-batch packing and rank balancing are exercised.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -78,7 +79,7 @@ def synthetic_train_batch(
 def concatenate(parts: Sequence[TrainBatch]) -> TrainBatch:
     """The rows of `parts` in order as one right-padded batch (padding: 0, False). Each part's
     prompt indices are shifted past the previous parts' so that its groups stay its own; an
-    optional field missing from some parts gets their neutral value (weight 1, no rehearsal),
+    optional field missing from some parts gets their neutral value (weight 1, no term's row),
     and weight versions are kept only when every part has them."""
     length = max(part.input_ids.shape[1] for part in parts)
 
@@ -90,14 +91,12 @@ def concatenate(parts: Sequence[TrainBatch]) -> TrainBatch:
             ]
         )
 
-    def rows(name: str, default: float | bool) -> torch.Tensor | None:
-        if all(getattr(part, name) is None for part in parts):
+    def rows(get: Callable[[TrainBatch], torch.Tensor | None], default: float | bool) -> Any:
+        if all(get(part) is None for part in parts):
             return None
         return torch.cat(
             [
-                torch.full((part.num_sequences,), default)
-                if getattr(part, name) is None
-                else getattr(part, name)
+                torch.full((part.num_sequences,), default) if get(part) is None else get(part)
                 for part in parts
             ]
         )
@@ -116,8 +115,11 @@ def concatenate(parts: Sequence[TrainBatch]) -> TrainBatch:
             [part.prompt_index + offset for part, offset in zip(parts, offsets, strict=True)]
         ),
         weight_versions=torch.cat(versions) if len(versions) == len(parts) else None,
-        sequence_weights=rows("sequence_weights", 1.0),
-        rehearsal=rows("rehearsal", False),
+        sequence_weights=rows(lambda part: part.sequence_weights, 1.0),
+        term_rows={
+            name: rows(lambda part, name=name: part.term_rows.get(name), False)
+            for name in dict.fromkeys(name for part in parts for name in part.term_rows)
+        },
     )
 
 

@@ -72,7 +72,7 @@ def test_group_rejects_mismatched_advantages() -> None:
         )
 
 
-def test_rehearsal_groups_are_flagged_rows_and_the_flag_survives_a_selection() -> None:
+def test_a_terms_groups_are_its_rows_and_they_survive_a_selection() -> None:
     group = Group(
         prompt_id="a",
         rollouts=(_scored((5, 6), (7,), 1.0), _scored((5, 6), (8, 9), 0.0)),
@@ -88,10 +88,10 @@ def test_rehearsal_groups_are_flagged_rows_and_the_flag_survives_a_selection() -
         pool_size=0,
         pool_positives=0,
         resolved=True,
-        rehearsal=True,
+        trained_by="rehearsal",
     )
-    assert TrainBatch.from_groups([group], pad_token_id=0).rehearsal is None  # none: no field
+    assert TrainBatch.from_groups([group], pad_token_id=0).term_rows == {}  # no term's rows
     batch = TrainBatch.from_groups([group, rehearsed], pad_token_id=0)
-    assert batch.rehearsal is not None
-    assert batch.rehearsal.tolist() == [False, False, True]
-    assert batch.select([2, 0]).rehearsal.tolist() == [True, False]
+    assert list(batch.term_rows) == ["rehearsal"]
+    assert batch.term_rows["rehearsal"].tolist() == [False, False, True]
+    assert batch.select([2, 0]).term_rows["rehearsal"].tolist() == [True, False]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from _allocator_world import FakeWorld, StepTrace
 
 from adarl.allocator import build_allocator
+from adarl.allocator.rehearsal import REHEARSAL_TERM
 from adarl.config.allocator import AllocatorConfig, GroupConfig, RehearsalConfig
 from adarl.types import ScoredRollout
 
@@ -69,9 +70,9 @@ def test_first_all_correct_pools_join_the_store_leave_rl_and_rehearse_in_turn() 
         # The store was fed by this step's pools first (at step 0, its first pools), then the
         # step's rows taken in turn, in the order prompts joined it.
         expected = [store[(ROWS_PER_STEP * step + i) % len(store)] for i in range(ROWS_PER_STEP)]
-        assert [g.prompt_id for g in result.rehearsal] == expected
-        for group in result.rehearsal:
-            assert group.rehearsal and group.advantages == (0.0,)
+        assert [g.prompt_id for g in result.term_groups] == expected
+        for group in result.term_groups:
+            assert group.trained_by == REHEARSAL_TERM and group.advantages == (0.0,)
             assert group.rollouts == (first[group.prompt_id][0],)  # the first correct sample
 
 

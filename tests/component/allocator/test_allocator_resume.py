@@ -138,7 +138,7 @@ def test_restored_allocator_continues_exactly(name: str, interrupt_at: tuple[int
     for (ref_requests, ref_result), (requests, result) in zip(reference, resumed, strict=True):
         assert requests == ref_requests
         assert result.groups == ref_result.groups
-        assert result.rehearsal == ref_result.rehearsal
+        assert result.term_groups == ref_result.term_groups
         assert deterministic_metrics(result.metrics) == deterministic_metrics(ref_result.metrics)
 
 

@@ -55,9 +55,9 @@ def test_builder_starts_a_group_from_config(tiny_policy_dir: str) -> None:
     try:
         settings = group.rank0_submit(
             lambda learner: (
-                learner.temperature,
-                learner.logprob_chunk_tokens,
-                learner.activation_checkpointing,
+                learner.settings.temperature,
+                learner.settings.logprob_chunk_tokens,
+                learner.settings.activation_checkpointing,
                 learner.module.model.layers[0].gradient_checkpointing,
             )
         ).result()

@@ -12,11 +12,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from adarl.algo.loss import policy_loss
+from adarl.algo.loss import LossInputs, TermRows, policy_loss
+from adarl.algo.loss_terms import Rehearsal
 from adarl.config.learner import PolicyLossConfig
 from adarl.learner import LearnerGroup
 from adarl.learner.batching import BatchCounts
-from adarl.learner.learner import Learner
+from adarl.learner.engine import EngineSettings, load_scorer
 from adarl.learner.synthetic import with_behaviour_logprobs
 from adarl.types import (
     Completion,
@@ -69,7 +70,7 @@ def _plain_reference_steps(
     with rehearsal rows get their term against a frozen copy of the initial policy."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     reference = None
-    if any(batch.rehearsal is not None for batch in batches):
+    if any(batch.term_rows for batch in batches):
         reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, eps=ADAM_EPS, weight_decay=0.0)
     norms = []
@@ -81,21 +82,24 @@ def _plain_reference_steps(
             with torch.no_grad():
                 ref = reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
             ref_logprobs = token_logprobs(ref.logits, batch.input_ids)
+        rows = {
+            name: TermRows(rows, *counts.term_rows[name]) for name, rows in batch.term_rows.items()
+        }
         out = policy_loss(
-            logprobs=token_logprobs(logits, batch.input_ids),
-            behaviour_logprobs=batch.behaviour_logprobs,
-            advantages=batch.advantages,
-            response_mask=batch.response_mask,
-            global_num_tokens=counts.num_tokens,
-            global_num_sequences=counts.num_sequences,
-            aggregation=loss.aggregation,
+            LossInputs(
+                logprobs=token_logprobs(logits, batch.input_ids),
+                behaviour_logprobs=batch.behaviour_logprobs,
+                advantages=batch.advantages,
+                response_mask=batch.response_mask,
+                global_num_tokens=counts.num_tokens,
+                global_num_sequences=counts.num_sequences,
+                ref_logprobs=ref_logprobs,
+                term_rows=rows,
+            ),
+            aggregation=loss.aggregation,  # type: ignore[arg-type]
             clip_low=loss.clip_low,
             clip_high=loss.clip_high,
-            ref_logprobs=ref_logprobs,
-            rehearsal=batch.rehearsal,
-            rehearsal_coef=loss.rehearsal_coef,
-            global_num_rehearsal_tokens=counts.rehearsal_tokens,
-            global_num_rehearsal_sequences=counts.rehearsal_sequences,
+            terms=(Rehearsal(coef=loss.rehearsal_coef),) if rows else (),
         )
         out.loss.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)))
@@ -218,9 +222,7 @@ def test_temperature_applies_to_policy_reference_and_entropy(tiny_policy_dir: st
 
 def test_model_loads_in_the_training_precision(tiny_policy_dir: str) -> None:
     for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        scorer = Learner(model_path=tiny_policy_dir, precision=precision)._load_model(
-            tiny_policy_dir
-        )
+        scorer = load_scorer(tiny_policy_dir, EngineSettings(precision=precision))
         assert {p.dtype for p in scorer.parameters()} == {dtype}
         assert not scorer.training  # no dropout: the learner scores the engines' policy
 

@@ -112,19 +112,19 @@ def test_mini_batches_hold_whole_groups_in_order_and_equal_numbers() -> None:
 def _with_rehearsal(batch: TrainBatch, rows: list[int]) -> TrainBatch:
     flags = torch.zeros(batch.num_sequences, dtype=torch.bool)
     flags[rows] = True
-    return dataclasses.replace(batch, rehearsal=flags)
+    return dataclasses.replace(batch, term_rows={"rehearsal": flags})
 
 
-def test_rehearsal_rows_are_counted_apart_and_survive_every_cut() -> None:
-    # Groups of 3, 2 and 4 samples, then three rehearsal rows (rows 9, 10, 11), each a group of
-    # its own, as TrainBatch.from_groups lays them out.
+def test_a_terms_own_rows_are_counted_apart_and_survive_every_cut() -> None:
+    # Groups of 3, 2 and 4 samples, then three rows the rehearsal term trains alone (rows 9, 10,
+    # 11), each a group of its own, as TrainBatch.from_groups lays them out.
     plain = _batch_of_groups([3, 2, 4, 1, 1, 1])
     batch = _with_rehearsal(plain, [9, 10, 11])
     lengths = batch.response_mask.sum(dim=1)
     counts = BatchCounts.of(batch)
     assert counts.num_tokens == int(lengths[:9].sum())
     assert counts.num_sequences == 9 and counts.loss_tokens == float(lengths[:9].sum())
-    assert counts.rehearsal_tokens == int(lengths[9:].sum()) and counts.rehearsal_sequences == 3
+    assert counts.term_rows == {"rehearsal": (int(lengths[9:].sum()), 3)}
 
     # Mini-batches: the groups are cut as without the rehearsal rows (⌊3k/2⌋ = 0, 1, 3: group 0
     # | groups 1-2), and the rehearsal rows are dealt in turn: 9, 11 | 10.
@@ -132,14 +132,14 @@ def test_rehearsal_rows_are_counted_apart_and_survive_every_cut() -> None:
     for mini, rows in zip(minis, [[0, 1, 2, 9, 11], [3, 4, 5, 6, 7, 8, 10]], strict=True):
         expected = batch.select(torch.tensor(rows))
         assert torch.equal(mini.input_ids, expected.input_ids)
-        assert mini.rehearsal is not None and torch.equal(mini.rehearsal, expected.rehearsal)
+        assert torch.equal(mini.term_rows["rehearsal"], expected.term_rows["rehearsal"])
     without = split_mini_batches(plain.select(torch.arange(9)), 2)
     for mini, rl in zip(minis, without, strict=True):
-        keep = ~mini.rehearsal
+        keep = ~mini.term_rows["rehearsal"]
         assert torch.equal(mini.select(keep.nonzero().flatten()).input_ids, rl.input_ids)
     # Fewer rehearsal rows than mini-batches: the first optimizer step rehearses.
     one = split_mini_batches(_with_rehearsal(plain.select(torch.arange(10)), [9]), 3)
-    assert [int(m.rehearsal.sum()) for m in one] == [1, 0, 0]
+    assert [int(m.term_rows["rehearsal"].sum()) for m in one] == [1, 0, 0]
 
     # Ranks and micro-batches: every cut keeps each row's flag, and the per-mini-batch counts
     # every rank is given are the mini-batch's.
@@ -148,17 +148,19 @@ def test_rehearsal_rows_are_counted_apart_and_survive_every_cut() -> None:
         mini_counts = BatchCounts.of(mini)
         shards = [plan[k] for plan in plans]
         for shard in shards:
-            assert shard.global_num_rehearsal_tokens == mini_counts.rehearsal_tokens
-            assert shard.global_num_rehearsal_sequences == mini_counts.rehearsal_sequences
+            assert shard.term_rows == mini_counts.term_rows
             assert shard.global_num_tokens == mini_counts.loss_tokens
-        assert sum(int(s.shard.rehearsal.sum()) for s in shards) == int(mini.rehearsal.sum())
-        assert sum(BatchCounts.of(s.shard).rehearsal_tokens for s in shards) == (
-            mini_counts.rehearsal_tokens
+        rows = mini.term_rows["rehearsal"]
+        assert sum(int(s.shard.term_rows["rehearsal"].sum()) for s in shards) == int(rows.sum())
+        assert sum(BatchCounts.of(s.shard).term_rows["rehearsal"].tokens for s in shards) == (
+            mini_counts.term_rows["rehearsal"].tokens
         )
     for shard in shard_batch(batch, 3):
         for rows in plan_micro_batches(sequence_lengths(shard), 12):
             micro = shard.select(rows)
-            assert torch.equal(micro.rehearsal, micro.prompt_index >= 3)  # groups 3-5 rehearse
+            assert torch.equal(
+                micro.term_rows["rehearsal"], micro.prompt_index >= 3
+            )  # groups 3-5 rehearse
 
     with pytest.raises(ValueError, match="flags part of a group"):
         split_mini_batches(_with_rehearsal(plain, [0]), 2)

@@ -1,7 +1,9 @@
-"""DPH-RL's rehearsal rows in the learner: the frozen reference is loaded for them without a KL
-term, and training steps (one, or mini-batches of whole groups) equal the textbook steps of
-test_learner.py's reference, whose `policy_loss` gets the rows' flags, the log-probs of a frozen
-copy of the initial policy and the (mini-)batch's rehearsal counts."""
+"""DPH-RL's rehearsal rows in the learner: the registry builds the rehearsal term for
+`allocator.rehearsal.enabled` (for the rows the allocator's store lays out under its name), the
+frozen reference is loaded for it without a KL term, and training steps (one, or mini-batches of
+whole groups) equal the textbook steps of test_learner.py's reference, whose `policy_loss` gets
+the term, its rows, the log-probs of a frozen copy of the initial policy and the (mini-)batch's
+counts of its rows."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import dataclasses
 import pytest
 import torch
 
-from adarl.config.learner import PolicyLossConfig
+from adarl.allocator.rehearsal import REHEARSAL_TERM
+from adarl.config.allocator import RehearsalConfig
+from adarl.config.learner import LearnerConfig, PolicyLossConfig
 from adarl.learner import LearnerGroup
 from adarl.learner.batching import split_mini_batches
+from adarl.learner.loss_terms import build_loss_terms
 from adarl.learner.synthetic import concatenate, synthetic_train_batch
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.types import TrainBatch
@@ -32,6 +37,7 @@ pytestmark = pytest.mark.slow
 # Large enough that the term moves the weights far beyond the comparison's tolerance.
 ETA = 2.0
 LOSS = PolicyLossConfig(clip_low=0.2, clip_high=0.28, rehearsal_coef=ETA)
+TERMS = build_loss_terms(LearnerConfig(loss=LOSS), rehearsal=RehearsalConfig(enabled=True))
 
 
 def batch_with_rehearsal(seed: int) -> TrainBatch:
@@ -45,7 +51,7 @@ def batch_with_rehearsal(seed: int) -> TrainBatch:
         vocab_size=len(build_char_tokenizer()),
         seed=100 + seed,
     )
-    stored.rehearsal = torch.ones(stored.num_sequences, dtype=torch.bool)
+    stored.term_rows = {REHEARSAL_TERM: torch.ones(stored.num_sequences, dtype=torch.bool)}
     return concatenate([small_batch(seed), stored])
 
 
@@ -66,7 +72,7 @@ def test_rehearsal_steps_equal_the_textbook_steps(tiny_policy_dir: str, mini_bat
         max_tokens_per_micro_batch=40,  # micro-batches: the term's shares add up
         loss=LOSS,  # kl_coef = 0: the reference is loaded for the rehearsal rows alone
         mini_batches_per_step=mini_batches,
-        rehearsal=True,
+        terms=TERMS,
     )
     try:
         results = [group.train_step(batch) for batch in batches]
@@ -89,10 +95,16 @@ def test_rehearsal_steps_equal_the_textbook_steps(tiny_policy_dir: str, mini_bat
     assert relative_error(without_term["lm_head.weight"], expected["lm_head.weight"]) > 1e-3
 
 
-def test_rehearsal_rows_need_a_reference(tiny_policy_dir: str) -> None:
+def test_the_store_s_rows_are_the_rehearsal_term_s() -> None:
+    assert [term.name for term in TERMS] == ["entropy", REHEARSAL_TERM]
+    assert TERMS[1].needs.reference and TERMS[1].needs.owns_rows
+    assert REHEARSAL_TERM not in [t.name for t in build_loss_terms(LearnerConfig(loss=LOSS))]
+
+
+def test_rehearsal_rows_need_their_term(tiny_policy_dir: str) -> None:
     group = LearnerGroup(in_process=True, model_path=tiny_policy_dir, zero_stage=1, loss=LOSS)
     try:
-        with pytest.raises(RuntimeError, match="no reference model"):
+        with pytest.raises(RuntimeError, match="'rehearsal' but this learner has no such term"):
             group.train_step(batch_with_rehearsal(0))
     finally:
         group.shutdown()

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from adarl.algo.loss import policy_loss
+from adarl.algo.loss import LossInputs, policy_loss
+from adarl.algo.loss_terms import SimKO
 from adarl.config.learner import PolicyLossConfig
 from adarl.learner import LearnerGroup
 from adarl.learner.batching import BatchCounts
@@ -35,18 +36,20 @@ def test_a_simko_step_equals_the_textbook_step(tiny_policy_dir: str) -> None:
     targets = batch.input_ids[:, 1:]
     counts = BatchCounts.of(batch)
     out = policy_loss(
-        logprobs=_shifted(logp_all.gather(-1, targets[..., None])[..., 0]),
-        behaviour_logprobs=batch.behaviour_logprobs,
-        advantages=batch.advantages,
-        response_mask=batch.response_mask,
-        global_num_tokens=counts.num_tokens,
-        global_num_sequences=counts.num_sequences,
+        LossInputs(
+            logprobs=_shifted(logp_all.gather(-1, targets[..., None])[..., 0]),
+            behaviour_logprobs=batch.behaviour_logprobs,
+            advantages=batch.advantages,
+            response_mask=batch.response_mask,
+            global_num_tokens=counts.num_tokens,
+            global_num_sequences=counts.num_sequences,
+            entropy=_shifted(-(logp_all.exp() * logp_all).sum(-1)),
+            top_logprobs=_shifted(logp_all.topk(3, dim=-1).values),
+            is_top1=_shifted(logp_all.argmax(-1) == targets),
+        ),
         clip_low=LOSS.clip_low,
         clip_high=LOSS.clip_high,
-        entropy=_shifted(-(logp_all.exp() * logp_all).sum(-1)),
-        top_logprobs=_shifted(logp_all.topk(3, dim=-1).values),
-        is_top1=_shifted(logp_all.argmax(-1) == targets),
-        simko_alpha=LOSS.simko_alpha,
+        terms=(SimKO(alpha=LOSS.simko_alpha),),
     )
     out.loss.backward()
     expected_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM))

@@ -6,12 +6,14 @@ round-off (1e-12).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from adarl.algo.loss import aggregate, kl_estimate, policy_loss
+from adarl.algo.loss import LossInputs, aggregate, kl_estimate, policy_loss
+from adarl.algo.loss_terms import Entropy, KLAnchor
 
 TOL = 1e-12
 LOG2 = math.log(2.0)
@@ -37,12 +39,14 @@ def test_clip_inactive_is_the_plain_ratio_surrogate() -> None:
     behaviour = _tensor([[-1.0, -1.0, -1.0]])
     logprobs = _logprobs_for_ratios(behaviour, _tensor([[1.0, 1.1, 0.9]]))
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=_tensor([[0.0, 2.0, -1.0]]),
-        response_mask=torch.tensor([[False, True, True]]),
-        global_num_tokens=2,
-        global_num_sequences=1,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=behaviour,
+            advantages=_tensor([[0.0, 2.0, -1.0]]),
+            response_mask=torch.tensor([[False, True, True]]),
+            global_num_tokens=2,
+            global_num_sequences=1,
+        )
     )
     assert out.loss.item() == pytest.approx(-0.65, abs=TOL)
     torch.testing.assert_close(_grad(out.loss, logprobs), _tensor([[0.0, -1.1, 0.45]]))
@@ -60,12 +64,14 @@ def test_clip_active_branches_and_their_gradients() -> None:
     behaviour = _tensor([[-2.0, -2.0, -2.0, -2.0]])
     logprobs = _logprobs_for_ratios(behaviour, _tensor([[1.5, 0.5, 0.5, 1.5]]))
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=_tensor([[1.0, -1.0, 1.0, -1.0]]),
-        response_mask=torch.ones(1, 4, dtype=torch.bool),
-        global_num_tokens=4,
-        global_num_sequences=1,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=behaviour,
+            advantages=_tensor([[1.0, -1.0, 1.0, -1.0]]),
+            response_mask=torch.ones(1, 4, dtype=torch.bool),
+            global_num_tokens=4,
+            global_num_sequences=1,
+        )
     )
     assert out.loss.item() == pytest.approx(0.15, abs=TOL)
     torch.testing.assert_close(_grad(out.loss, logprobs), _tensor([[0.0, 0.0, -0.125, 0.375]]))
@@ -76,16 +82,16 @@ def test_asymmetric_clip_high() -> None:
     # ε_low = 0.2, ε_high = 0.28 (DAPO). ρ = 1.25, A = 1: 1.25 < 1.28, unclipped: ℓ = -1.25.
     # With ε_high = 0.2 the same token is clipped: ℓ = -1.2.
     behaviour = _tensor([[-1.0]])
-    kwargs = {
-        "behaviour_logprobs": behaviour,
-        "advantages": _tensor([[1.0]]),
-        "response_mask": torch.ones(1, 1, dtype=torch.bool),
-        "global_num_tokens": 1,
-        "global_num_sequences": 1,
-    }
-    logprobs = _logprobs_for_ratios(behaviour, _tensor([[1.25]]))
-    high = policy_loss(logprobs=logprobs, clip_low=0.2, clip_high=0.28, **kwargs)
-    symmetric = policy_loss(logprobs=logprobs, clip_low=0.2, clip_high=0.2, **kwargs)
+    inputs = LossInputs(
+        logprobs=_logprobs_for_ratios(behaviour, _tensor([[1.25]])),
+        behaviour_logprobs=behaviour,
+        advantages=_tensor([[1.0]]),
+        response_mask=torch.ones(1, 1, dtype=torch.bool),
+        global_num_tokens=1,
+        global_num_sequences=1,
+    )
+    high = policy_loss(inputs, clip_low=0.2, clip_high=0.28)
+    symmetric = policy_loss(inputs, clip_low=0.2, clip_high=0.2)
     assert high.loss.item() == pytest.approx(-1.25, abs=TOL)
     assert symmetric.loss.item() == pytest.approx(-1.2, abs=TOL)
 
@@ -98,19 +104,20 @@ def test_dual_clip_bounds_negative_advantages_only() -> None:
     # token mean: (3 + 2 - 1.2)/3 = 3.8/3; grads [0, 2/3, 0]; dual-clip fraction 1/3.
     behaviour = _tensor([[-3.0, -3.0, -3.0]])
     logprobs = _logprobs_for_ratios(behaviour, _tensor([[4.0, 2.0, 4.0]]))
-    common = {
-        "behaviour_logprobs": behaviour,
-        "advantages": _tensor([[-1.0, -1.0, 1.0]]),
-        "response_mask": torch.ones(1, 3, dtype=torch.bool),
-        "global_num_tokens": 3,
-        "global_num_sequences": 1,
-    }
-    out = policy_loss(logprobs=logprobs, dual_clip=3.0, **common)
+    inputs = LossInputs(
+        logprobs=logprobs,
+        behaviour_logprobs=behaviour,
+        advantages=_tensor([[-1.0, -1.0, 1.0]]),
+        response_mask=torch.ones(1, 3, dtype=torch.bool),
+        global_num_tokens=3,
+        global_num_sequences=1,
+    )
+    out = policy_loss(inputs, dual_clip=3.0)
     assert out.loss.item() == pytest.approx(3.8 / 3, abs=TOL)
     torch.testing.assert_close(_grad(out.loss, logprobs), _tensor([[0.0, 2 / 3, 0.0]]))
     assert out.metrics["train/dual_clip_fraction"] == pytest.approx(1 / 3, abs=TOL)
     # Without the dual clip the first token contributes 4: (4 + 2 - 1.2)/3 = 1.6.
-    assert policy_loss(logprobs=logprobs, **common).loss.item() == pytest.approx(1.6, abs=TOL)
+    assert policy_loss(inputs).loss.item() == pytest.approx(1.6, abs=TOL)
 
 
 @pytest.mark.parametrize(
@@ -137,15 +144,16 @@ def test_kl_estimators(
     torch.testing.assert_close(per_token, _tensor([[value_at_plus, value_at_minus]]))
     # As a loss term: on-policy tokens (ρ = 1, A = 0) so only β·token_mean(k) remains.
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=logprobs.detach(),
-        advantages=torch.zeros(1, 2, dtype=torch.float64),
-        response_mask=torch.ones(1, 2, dtype=torch.bool),
-        global_num_tokens=2,
-        global_num_sequences=1,
-        ref_logprobs=ref,
-        kl_coef=0.1,
-        kl_estimator=estimator,  # type: ignore[arg-type]
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=logprobs.detach(),
+            advantages=torch.zeros(1, 2, dtype=torch.float64),
+            response_mask=torch.ones(1, 2, dtype=torch.bool),
+            global_num_tokens=2,
+            global_num_sequences=1,
+            ref_logprobs=ref,
+        ),
+        terms=(KLAnchor(coef=0.1, estimator=estimator),),
     )
     expected_kl = (value_at_plus + value_at_minus) / 2
     assert out.metrics["train/kl"] == pytest.approx(expected_kl, abs=TOL)
@@ -197,16 +205,20 @@ def test_padding_values_are_ignored() -> None:
     behaviour = _tensor([[-1.0, 0.0]])
     logprobs = torch.tensor([[-1.0, -math.inf]], dtype=torch.float64, requires_grad=True)
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=_tensor([[1.0, 7.0]]),
-        response_mask=torch.tensor([[True, False]]),
-        global_num_tokens=1,
-        global_num_sequences=1,
-        ref_logprobs=_tensor([[-1.0, 5.0]]),
-        kl_coef=0.5,
-        entropy=_tensor([[0.25, math.nan]]),
-        entropy_coef=0.1,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=behaviour,
+            advantages=_tensor([[1.0, 7.0]]),
+            response_mask=torch.tensor([[True, False]]),
+            global_num_tokens=1,
+            global_num_sequences=1,
+            ref_logprobs=_tensor([[-1.0, 5.0]]),
+            entropy=_tensor([[0.25, math.nan]]),
+        ),
+        terms=(
+            KLAnchor(coef=0.5),
+            Entropy(coef=0.1),
+        ),
     )
     # ρ = 1, A = 1: ℓ = -1; KL = 0 (k3 at δ = 0); entropy 0.25: loss = -1 - 0.1·0.25 = -1.025.
     assert out.loss.item() == pytest.approx(-1.025, abs=TOL)
@@ -222,7 +234,7 @@ def test_truncated_importance_sampling() -> None:
     # ℓ = -w·A·ρ with A = [1, -2]: [-2, 1]; token mean = -0.5. grad = -w·A/N = [-1, 0.5].
     behaviour = _tensor([[-2.0, -2.0]])
     logprobs = (behaviour + torch.log(_tensor([[3.0, 0.5]]))).requires_grad_(True)
-    out = policy_loss(
+    inputs = LossInputs(
         logprobs=logprobs,
         behaviour_logprobs=behaviour,
         advantages=_tensor([[1.0, -2.0]]),
@@ -230,22 +242,15 @@ def test_truncated_importance_sampling() -> None:
         global_num_tokens=2,
         global_num_sequences=1,
         proximal_logprobs=logprobs.detach(),
-        tis_cap=2.0,
     )
+    out = policy_loss(inputs, tis_cap=2.0)
     assert out.loss.item() == pytest.approx(-0.5, abs=TOL)
     torch.testing.assert_close(_grad(out.loss, logprobs), _tensor([[-1.0, 0.5]]))
     assert out.metrics["train/is_weight_mean"] == pytest.approx(1.25, abs=TOL)  # (2 + 0.5)/2
     assert out.metrics["train/is_truncated_fraction"] == pytest.approx(0.5, abs=TOL)
     # Against the behaviour policy instead, the same tokens have ρ = 3 and 0.5 and are clipped:
     # (ρ=3, A=1): max(-3, -1.2) = -1.2; (ρ=0.5, A=-2): max(1, 1.6) = 1.6; mean 0.2.
-    plain = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=_tensor([[1.0, -2.0]]),
-        response_mask=torch.ones(1, 2, dtype=torch.bool),
-        global_num_tokens=2,
-        global_num_sequences=1,
-    )
+    plain = policy_loss(dataclasses.replace(inputs, proximal_logprobs=None))
     assert plain.loss.item() == pytest.approx(0.2, abs=TOL)
 
 
@@ -253,12 +258,14 @@ def test_mismatch_kl_metric() -> None:
     # log π_θ - log μ = log 2 on one token: KL(μ‖π) k3 with r = π/μ = 2: r - 1 - log r.
     behaviour = _tensor([[-1.0]])
     out = policy_loss(
-        logprobs=(behaviour + LOG2).requires_grad_(True),
-        behaviour_logprobs=behaviour,
-        advantages=_tensor([[0.0]]),
-        response_mask=torch.ones(1, 1, dtype=torch.bool),
-        global_num_tokens=1,
-        global_num_sequences=1,
+        LossInputs(
+            logprobs=(behaviour + LOG2).requires_grad_(True),
+            behaviour_logprobs=behaviour,
+            advantages=_tensor([[0.0]]),
+            response_mask=torch.ones(1, 1, dtype=torch.bool),
+            global_num_tokens=1,
+            global_num_sequences=1,
+        )
     )
     assert out.metrics["train/mismatch_kl"] == pytest.approx(1 - LOG2, abs=TOL)
 
@@ -274,27 +281,25 @@ def test_loss_and_metrics_are_additive_over_any_split(aggregation: str) -> None:
     logprobs.requires_grad_(True)
     mask = torch.rand(b, t, generator=generator) < 0.7
     mask[:, 0] = True
-    kwargs = {
-        "aggregation": aggregation,
-        "global_num_tokens": int(mask.sum()),
-        "global_num_sequences": b,
-        "dual_clip": 3.0,
-        "kl_coef": 0.05,
-        "entropy_coef": 0.01,
-    }
     advantages = torch.randn(b, t, generator=generator, dtype=torch.float64)
     ref = behaviour + 0.1
     entropy = torch.rand(b, t, generator=generator, dtype=torch.float64)
 
     def run(rows: slice) -> tuple[torch.Tensor, dict[str, float]]:
         out = policy_loss(
-            logprobs=logprobs[rows],
-            behaviour_logprobs=behaviour[rows],
-            advantages=advantages[rows],
-            response_mask=mask[rows],
-            ref_logprobs=ref[rows],
-            entropy=entropy[rows],
-            **kwargs,  # type: ignore[arg-type]
+            LossInputs(
+                logprobs=logprobs[rows],
+                behaviour_logprobs=behaviour[rows],
+                advantages=advantages[rows],
+                response_mask=mask[rows],
+                global_num_tokens=int(mask.sum()),
+                global_num_sequences=b,
+                ref_logprobs=ref[rows],
+                entropy=entropy[rows],
+            ),
+            aggregation=aggregation,  # type: ignore[arg-type]
+            dual_clip=3.0,
+            terms=(KLAnchor(coef=0.05), Entropy(coef=0.01)),
         )
         return out.loss, out.metrics
 
@@ -311,26 +316,26 @@ def test_loss_and_metrics_are_additive_over_any_split(aggregation: str) -> None:
 def test_bad_inputs_name_the_fix() -> None:
     x = torch.zeros(2, 3)
     mask = torch.ones(2, 3, dtype=torch.bool)
-    base = {
-        "logprobs": x,
-        "behaviour_logprobs": x,
-        "advantages": x,
-        "response_mask": mask,
-        "global_num_tokens": 6,
-        "global_num_sequences": 2,
-    }
+    base = LossInputs(
+        logprobs=x,
+        behaviour_logprobs=x,
+        advantages=x,
+        response_mask=mask,
+        global_num_tokens=6,
+        global_num_sequences=2,
+    )
     with pytest.raises(ValueError, match="advantages has shape"):
-        policy_loss(**{**base, "advantages": torch.zeros(2, 4)})  # type: ignore[arg-type]
+        policy_loss(dataclasses.replace(base, advantages=torch.zeros(2, 4)))
     with pytest.raises(ValueError, match="tis_cap needs proximal_logprobs"):
-        policy_loss(**base, tis_cap=2.0)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"kl_coef=0\.1 needs ref_logprobs"):
-        policy_loss(**base, kl_coef=0.1)  # type: ignore[arg-type]
+        policy_loss(base, tis_cap=2.0)
+    with pytest.raises(ValueError, match=r"the kl_anchor term needs ref_logprobs"):
+        policy_loss(base, terms=(KLAnchor(coef=0.1),))
     with pytest.raises(ValueError, match="dual_clip must be > 1"):
-        policy_loss(**base, dual_clip=0.5)  # type: ignore[arg-type]
+        policy_loss(base, dual_clip=0.5)
     with pytest.raises(ValueError, match="global_num_tokens"):
-        policy_loss(**{**base, "global_num_tokens": 0})  # type: ignore[arg-type]
+        policy_loss(dataclasses.replace(base, global_num_tokens=0))
     with pytest.raises(ValueError, match="aggregation must be one of"):
-        policy_loss(**base, aggregation="mean")  # type: ignore[arg-type]
+        policy_loss(base, aggregation="mean")  # type: ignore[arg-type]
 
 
 def test_a_whole_pool_counts_per_token_as_a_kept_group() -> None:
@@ -346,29 +351,33 @@ def test_a_whole_pool_counts_per_token_as_a_kept_group() -> None:
     entropy = torch.rand(1, 5, generator=generator, dtype=torch.float64)
     advantages = torch.full((1, 5), 0.7, dtype=torch.float64)
     mask = torch.ones(1, 5, dtype=torch.bool)
-    common = {"kl_coef": 0.1, "entropy_coef": 0.01, "aggregation": "token_mean"}
+    terms = (KLAnchor(coef=0.1), Entropy(coef=0.01))
     kept = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=advantages,
-        response_mask=mask,
-        global_num_tokens=5.0,
-        global_num_sequences=1.0,
-        ref_logprobs=reference,
-        entropy=entropy,
-        **common,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=behaviour,
+            advantages=advantages,
+            response_mask=mask,
+            global_num_tokens=5.0,
+            global_num_sequences=1.0,
+            ref_logprobs=reference,
+            entropy=entropy,
+        ),
+        terms=terms,
     )
     twice = policy_loss(
-        logprobs=logprobs.repeat(2, 1),
-        behaviour_logprobs=behaviour.repeat(2, 1),
-        advantages=0.5 * advantages.repeat(2, 1),
-        response_mask=mask.repeat(2, 1),
-        global_num_tokens=5.0,  # Σ_b w_b·L_b = 2 × ½ × 5
-        global_num_sequences=1.0,
-        ref_logprobs=reference.repeat(2, 1),
-        entropy=entropy.repeat(2, 1),
-        sequence_weights=torch.tensor([0.5, 0.5], dtype=torch.float64),
-        **common,
+        LossInputs(
+            logprobs=logprobs.repeat(2, 1),
+            behaviour_logprobs=behaviour.repeat(2, 1),
+            advantages=0.5 * advantages.repeat(2, 1),
+            response_mask=mask.repeat(2, 1),
+            global_num_tokens=5.0,  # Σ_b w_b·L_b = 2 × ½ × 5
+            global_num_sequences=1.0,
+            ref_logprobs=reference.repeat(2, 1),
+            entropy=entropy.repeat(2, 1),
+            sequence_weights=torch.tensor([0.5, 0.5], dtype=torch.float64),
+        ),
+        terms=terms,
     )
     torch.testing.assert_close(twice.loss, kept.loss)
     assert twice.metrics == pytest.approx(kept.metrics, rel=1e-12)

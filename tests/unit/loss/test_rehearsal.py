@@ -1,15 +1,18 @@
-"""DPH-RL's rehearsal term in the generic loss (adarl/algo/loss.py): the forward KL
-k3(log π_ref - log π_θ) on flagged rows, by hand and against the reference code's formula, its
-own normalisers, its additivity over shards, and the other terms skipping its rows."""
+"""DPH-RL's rehearsal term of the generic loss (adarl/algo/loss_terms.py `Rehearsal`): the
+forward KL k3(log π_ref - log π_θ) on its own rows, by hand and against the reference code's
+formula, its own normalisers, its additivity over shards, and the other terms skipping its
+rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from adarl.algo.loss import policy_loss, rehearsal_forward_kl
+from adarl.algo.loss import LossInputs, TermRows, policy_loss
+from adarl.algo.loss_terms import KLAnchor, Rehearsal, rehearsal_forward_kl
 
 TOL = 1e-12
 LOG2 = math.log(2.0)
@@ -55,18 +58,20 @@ def test_rehearsal_rows_take_only_the_forward_kl_term() -> None:
     ref = logprobs.detach().clone()
     ref[1] = torch.tensor([-1.0, -2.0 - LOG2, -2.0 + LOG2], dtype=torch.float64)
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=behaviour,
-        advantages=torch.tensor([[0.0, 2.0, -1.0], [0.0, 5.0, 5.0]], dtype=torch.float64),
-        response_mask=torch.tensor([[False, True, True], [False, True, True]]),
-        global_num_tokens=2,
-        global_num_sequences=1,
-        ref_logprobs=ref,
-        kl_coef=beta,
-        rehearsal=torch.tensor([False, True]),
-        rehearsal_coef=eta,
-        global_num_rehearsal_tokens=2,
-        global_num_rehearsal_sequences=1,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=behaviour,
+            advantages=torch.tensor([[0.0, 2.0, -1.0], [0.0, 5.0, 5.0]], dtype=torch.float64),
+            response_mask=torch.tensor([[False, True, True], [False, True, True]]),
+            global_num_tokens=2,
+            global_num_sequences=1,
+            ref_logprobs=ref,
+            term_rows={"rehearsal": TermRows(torch.tensor([False, True]), 2, 1)},
+        ),
+        terms=(
+            KLAnchor(coef=beta),
+            Rehearsal(coef=eta),
+        ),
     )
     assert out.loss.item() == pytest.approx(-0.65 + eta * 0.25, abs=TOL)
     expected_grad = torch.tensor([[0.0, -1.1, 0.45], [0.0, eta / 2, -eta / 4]], dtype=torch.float64)
@@ -88,18 +93,18 @@ def test_sequence_mean_rehearsal_is_a_mean_per_row_then_over_rows() -> None:
     logprobs = ref + torch.tensor([[0.0, LOG2, -LOG2], [0.0, LOG2, 0.0]], dtype=torch.float64)
     mask = torch.tensor([[False, True, True], [False, True, False]])
     out = policy_loss(
-        logprobs=logprobs,
-        behaviour_logprobs=logprobs,
-        advantages=torch.zeros(2, 3, dtype=torch.float64),
-        response_mask=mask,
-        global_num_tokens=0,  # rehearsal rows only: the other terms have no token
-        global_num_sequences=0,
+        LossInputs(
+            logprobs=logprobs,
+            behaviour_logprobs=logprobs,
+            advantages=torch.zeros(2, 3, dtype=torch.float64),
+            response_mask=mask,
+            global_num_tokens=0,
+            global_num_sequences=0,
+            ref_logprobs=ref,
+            term_rows={"rehearsal": TermRows(torch.tensor([True, True]), 3, 2)},
+        ),
         aggregation="sequence_mean",
-        ref_logprobs=ref,
-        rehearsal=torch.tensor([True, True]),
-        rehearsal_coef=1.0,
-        global_num_rehearsal_tokens=3,
-        global_num_rehearsal_sequences=2,
+        terms=(Rehearsal(coef=1.0),),
     )
     expected = ((_k3(2) + _k3(0.5)) / 2 + _k3(2)) / 2
     assert out.loss.item() == pytest.approx(expected, abs=TOL)
@@ -123,17 +128,19 @@ def test_the_term_equals_the_reference_codes_forward_kl_on_a_fixed_input() -> No
     expected_grad = _grad(reference, theta)
 
     out = policy_loss(
-        logprobs=theta,
-        behaviour_logprobs=theta.detach(),
-        advantages=torch.zeros(3, 7, dtype=torch.float64),
-        response_mask=mask,
-        global_num_tokens=0,
-        global_num_sequences=0,
-        ref_logprobs=base,
-        rehearsal=torch.ones(3, dtype=torch.bool),
-        rehearsal_coef=coeff,
-        global_num_rehearsal_tokens=float(mask.sum()),
-        global_num_rehearsal_sequences=3.0,
+        LossInputs(
+            logprobs=theta,
+            behaviour_logprobs=theta.detach(),
+            advantages=torch.zeros(3, 7, dtype=torch.float64),
+            response_mask=mask,
+            global_num_tokens=0,
+            global_num_sequences=0,
+            ref_logprobs=base,
+            term_rows={
+                "rehearsal": TermRows(torch.ones(3, dtype=torch.bool), float(mask.sum()), 3.0)
+            },
+        ),
+        terms=(Rehearsal(coef=coeff),),
     )
     torch.testing.assert_close(out.loss, reference)
     torch.testing.assert_close(_grad(out.loss, theta), expected_grad)
@@ -151,25 +158,22 @@ def test_shards_sum_to_the_whole_batch_with_rehearsal_rows(aggregation: str) -> 
     lengths = torch.tensor([7, 3, 5, 6, 2, 4])
     mask = (torch.arange(t) >= 1) & (torch.arange(t) <= lengths[:, None])
     rehearsal = torch.tensor([False, True, False, True, False, True])
-    counts = {
-        "global_num_tokens": float(mask[~rehearsal].sum()),
-        "global_num_sequences": float((~rehearsal).sum()),
-        "global_num_rehearsal_tokens": float(mask[rehearsal].sum()),
-        "global_num_rehearsal_sequences": float(rehearsal.sum()),
-    }
 
     def loss_of(rows: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        own = TermRows(rehearsal[rows], float(mask[rehearsal].sum()), float(rehearsal.sum()))
         out = policy_loss(
-            logprobs=logprobs[rows],
-            behaviour_logprobs=behaviour[rows],
-            advantages=advantages[rows],
-            response_mask=mask[rows],
+            LossInputs(
+                logprobs=logprobs[rows],
+                behaviour_logprobs=behaviour[rows],
+                advantages=advantages[rows],
+                response_mask=mask[rows],
+                global_num_tokens=float(mask[~rehearsal].sum()),
+                global_num_sequences=float((~rehearsal).sum()),
+                ref_logprobs=ref[rows],
+                term_rows={"rehearsal": own},
+            ),
             aggregation=aggregation,  # type: ignore[arg-type]
-            ref_logprobs=ref[rows],
-            kl_coef=0.05,
-            rehearsal=rehearsal[rows],
-            rehearsal_coef=0.03,
-            **counts,
+            terms=(KLAnchor(coef=0.05), Rehearsal(coef=0.03)),
         )
         return out.loss, out.metrics
 
@@ -186,33 +190,40 @@ def test_shards_sum_to_the_whole_batch_with_rehearsal_rows(aggregation: str) -> 
 def test_rehearsal_inputs_are_checked() -> None:
     x = torch.zeros(2, 3, dtype=torch.float64)
     mask = torch.tensor([[False, True, True], [False, True, True]])
-    base = {
-        "logprobs": x,
-        "behaviour_logprobs": x,
-        "advantages": x,
-        "response_mask": mask,
-        "global_num_tokens": 2,
-        "global_num_sequences": 1,
-        "rehearsal": torch.tensor([False, True]),
-        "rehearsal_coef": 0.02,
-        "global_num_rehearsal_tokens": 2,
-        "global_num_rehearsal_sequences": 1,
-    }
-    with pytest.raises(ValueError, match="need ref_logprobs"):
-        policy_loss(**base)
-    with pytest.raises(ValueError, match="global_num_rehearsal_tokens is 0"):
-        policy_loss(**{**base, "ref_logprobs": x, "global_num_rehearsal_tokens": 0})
-    with pytest.raises(ValueError, match="one flag per row"):
-        policy_loss(**{**base, "ref_logprobs": x, "rehearsal": torch.tensor([True])})
-    with pytest.raises(ValueError, match="must be > 0"):
+    rows = TermRows(torch.tensor([False, True]), 2, 1)
+    base = LossInputs(
+        logprobs=x,
+        behaviour_logprobs=x,
+        advantages=x,
+        response_mask=mask,
+        global_num_tokens=2,
+        global_num_sequences=1,
+        term_rows={"rehearsal": rows},
+    )
+    terms = (Rehearsal(coef=0.02),)
+    with pytest.raises(ValueError, match="the rehearsal term needs ref_logprobs"):
+        policy_loss(base, terms=terms)
+    with_ref = dataclasses.replace(base, ref_logprobs=x)
+    with pytest.raises(ValueError, match="whole-batch token count is 0"):
         policy_loss(
-            **{
-                **base,
-                "ref_logprobs": x,
-                "global_num_tokens": 0,
-                "global_num_sequences": 0,
-                "global_num_rehearsal_tokens": 0,
-                "global_num_rehearsal_sequences": 0,
-                "rehearsal": torch.tensor([False, False]),
-            }
+            dataclasses.replace(with_ref, term_rows={"rehearsal": TermRows(rows.rows, 0, 1)}),
+            terms=terms,
         )
+    with pytest.raises(ValueError, match="one flag per row"):
+        wrong = TermRows(torch.tensor([True]), 2, 1)
+        policy_loss(dataclasses.replace(with_ref, term_rows={"rehearsal": wrong}), terms=terms)
+    with pytest.raises(ValueError, match="no such term is given"):
+        policy_loss(with_ref)  # rows of a term the loss was not given
+    with pytest.raises(ValueError, match="must be > 0"):
+        none = TermRows(torch.tensor([False, False]), 0, 0)
+        policy_loss(
+            dataclasses.replace(
+                with_ref,
+                global_num_tokens=0,
+                global_num_sequences=0,
+                term_rows={"rehearsal": none},
+            ),
+            terms=terms,
+        )
+    with pytest.raises(ValueError, match="rehearsal_coef must be >= 0"):
+        Rehearsal(coef=-0.1)

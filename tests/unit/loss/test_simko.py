@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from adarl.algo.loss import high_entropy_tokens, policy_loss, simko_ratio
+from adarl.algo.loss import LossInputs, policy_loss
+from adarl.algo.loss_terms import SimKO, high_entropy_tokens, simko_ratio
+from adarl.config.learner import LearnerConfig, PolicyLossConfig
+from adarl.learner.loss_terms import build_loss_terms
 
 V, K = 6, 3
 
@@ -86,6 +89,24 @@ def test_the_mixed_ratio_keeps_its_value_and_moves_gradient_to_the_top_k() -> No
     torch.testing.assert_close(gradient[0], by_hand)
 
 
+def _inputs(x: dict[str, torch.Tensor], theta: torch.Tensor) -> LossInputs:
+    """The fixed input's loss inputs at logits `theta`, with everything SimKO reads."""
+    logp_all = torch.log_softmax(theta, dim=-1)
+    return LossInputs(
+        logprobs=logp_all.gather(-1, x["tokens"][..., None])[..., 0],
+        behaviour_logprobs=torch.log_softmax(x["old_logits"], -1).gather(
+            -1, x["tokens"][..., None]
+        )[..., 0],
+        advantages=x["advantages"],
+        response_mask=x["mask"],
+        global_num_tokens=float(x["mask"].sum()),
+        global_num_sequences=2.0,
+        entropy=-(logp_all.exp() * logp_all).sum(-1),
+        top_logprobs=logp_all.topk(K, dim=-1).values,
+        is_top1=logp_all.detach().argmax(-1) == x["tokens"],
+    )
+
+
 def test_simko_loss_and_gradient_equal_the_reference_code() -> None:
     x = _fixed_input()
     for alpha in (0.01, 0.3):
@@ -94,22 +115,11 @@ def test_simko_loss_and_gradient_equal_the_reference_code() -> None:
         (expected_grad,) = torch.autograd.grad(expected, theta)
 
         theta = x["logits"].clone().requires_grad_(True)
-        logp_all = torch.log_softmax(theta, dim=-1)
         out = policy_loss(
-            logprobs=logp_all.gather(-1, x["tokens"][..., None])[..., 0],
-            behaviour_logprobs=torch.log_softmax(x["old_logits"], -1).gather(
-                -1, x["tokens"][..., None]
-            )[..., 0],
-            advantages=x["advantages"],
-            response_mask=x["mask"],
-            global_num_tokens=float(x["mask"].sum()),
-            global_num_sequences=2.0,
+            _inputs(x, theta),
             clip_low=0.2,
             clip_high=0.2,
-            entropy=-(logp_all.exp() * logp_all).sum(-1),
-            top_logprobs=logp_all.topk(K, dim=-1).values,
-            is_top1=logp_all.detach().argmax(-1) == x["tokens"],
-            simko_alpha=alpha,
+            terms=(SimKO(alpha=alpha),),
         )
         (gradient,) = torch.autograd.grad(out.loss, theta)
         torch.testing.assert_close(out.loss, expected)
@@ -118,21 +128,11 @@ def test_simko_loss_and_gradient_equal_the_reference_code() -> None:
         assert 0 < out.metrics["train/simko_token_fraction"] < 1
 
 
-def test_simko_off_is_the_plain_loss() -> None:
+def test_simko_off_builds_no_term_and_is_the_plain_loss() -> None:
     x = _fixed_input()
-    logp_all = torch.log_softmax(x["logits"], dim=-1)
-    common = {
-        "logprobs": logp_all.gather(-1, x["tokens"][..., None])[..., 0],
-        "behaviour_logprobs": torch.log_softmax(x["old_logits"], -1).gather(
-            -1, x["tokens"][..., None]
-        )[..., 0],
-        "advantages": x["advantages"],
-        "response_mask": x["mask"],
-        "global_num_tokens": float(x["mask"].sum()),
-        "global_num_sequences": 2.0,
-        "entropy": -(logp_all.exp() * logp_all).sum(-1),
-    }
-    plain = policy_loss(**common)
-    off = policy_loss(**common, top_logprobs=logp_all.topk(K, -1).values, simko_alpha=0.0)
-    assert torch.equal(plain.loss, off.loss)
+    inputs = _inputs(x, x["logits"])
+    terms = build_loss_terms(LearnerConfig(loss=PolicyLossConfig(simko_alpha=0.0)))
+    assert [term.name for term in terms] == ["entropy"]  # logged only, coefficient 0
+    off = policy_loss(inputs, terms=terms)
+    assert torch.equal(policy_loss(inputs).loss, off.loss)
     assert "train/simko_token_fraction" not in off.metrics

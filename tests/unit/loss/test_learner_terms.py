@@ -1,5 +1,6 @@
-"""The learner's terms in a run's declaration (adarl/allocator/objective.py
-`declare_learner_terms`): each line appears when its term is on, and only then."""
+"""The learner's terms in a run's declaration: each term built from config (adarl/learner/
+loss_terms.py, the registry) writes its own line (`LossTerm.declare`), which appears when its
+term is on, and only then; `declare_learner_terms` adds the mini-batch updates."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import dataclasses
 
 import pytest
 
-from adarl.allocator.objective import declare_learner_terms, declare_objective
+from adarl.allocator.objective import declare_objective
 from adarl.config.allocator import AllocatorConfig, RehearsalConfig
 from adarl.config.learner import LearnerConfig, PolicyLossConfig
+from adarl.learner.loss_terms import build_loss_terms, declare_learner_terms
 
 # The one phrase that names each term's line.
 TERMS = {
@@ -37,14 +39,18 @@ def _settings(term: str) -> tuple[LearnerConfig, RehearsalConfig]:
     return learner, rehearsal
 
 
+def _declare(learner: LearnerConfig, rehearsal: RehearsalConfig | None = None) -> tuple[str, ...]:
+    return declare_learner_terms(learner, build_loss_terms(learner, rehearsal=rehearsal))
+
+
 def test_nothing_is_declared_for_one_plain_clipped_step() -> None:
-    assert declare_learner_terms(LearnerConfig(), rehearsal=RehearsalConfig()) == ()
+    assert _declare(LearnerConfig(), RehearsalConfig()) == ()
 
 
 @pytest.mark.parametrize("term", list(TERMS))
 def test_each_term_is_declared_when_set_and_not_otherwise(term: str) -> None:
     learner, rehearsal = _settings(term)
-    (line,) = declare_learner_terms(learner, rehearsal=rehearsal)
+    (line,) = _declare(learner, rehearsal)
     assert TERMS[term] in line
     assert not [other for key, other in TERMS.items() if key != term and other in line]
 
@@ -59,8 +65,8 @@ def test_the_lines_say_what_each_term_optimises() -> None:
         ),
     )
     learner.reference_reset_every_steps = 50
-    kl, simko, rehearsal, mini = declare_learner_terms(
-        learner, rehearsal=RehearsalConfig(enabled=True, min_samples=8, per_step=16)
+    kl, simko, rehearsal, mini = _declare(
+        learner, RehearsalConfig(enabled=True, min_samples=8, per_step=16)
     )
     assert "0.1·KL(π_θ ‖ π_ref)" in kl and "k2" in kl and "/models/base" in kl
     assert "reset to the current policy every 50 training steps" in kl
@@ -71,15 +77,16 @@ def test_the_lines_say_what_each_term_optimises() -> None:
     assert "first mini-batch: the declared objective; later ones: clipped" in mini
     # Epochs alone are several optimizer steps too.
     only_epochs = dataclasses.replace(LearnerConfig(), epochs_per_step=2)
-    assert "(1 mini-batch × 2 epochs" in declare_learner_terms(only_epochs)[0]
+    assert "(1 mini-batch × 2 epochs" in _declare(only_epochs)[0]
 
 
 def test_the_declaration_carries_the_learner_terms_to_the_console_and_the_summary() -> None:
     allocator = AllocatorConfig(rehearsal=RehearsalConfig(enabled=True))
     plain = declare_objective(allocator.plan())
     assert plain.learner_terms == () and plain.to_json()["learner_terms"] == []
+    learner = LearnerConfig(loss=PolicyLossConfig(kl_coef=0.1))
     declared = declare_objective(
-        allocator.plan(), learner=LearnerConfig(loss=PolicyLossConfig(kl_coef=0.1))
+        allocator.plan(), learner_terms=_declare(learner, allocator.rehearsal)
     )
     kl, rehearsal = declared.learner_terms
     assert "KL anchor" in kl and "DPH-RL rehearsal" in rehearsal
