@@ -31,10 +31,11 @@ How a prompt is laid out (chat template, instruction suffix) is the task's, in
 `adarl_config.yaml`.
 
 A model directory is written atomically: into a hidden sibling first, renamed into place last,
-so no reader sees half of one. Exporting a checkpoint builds one learner in this process (the
-run's model and DeepSpeed settings), loads only the policy's weights from the checkpoint,
-whatever number of learners saved it (`LearnerGroup.load_weights`), and writes it with the code
-the run uses.
+so no reader sees half of one. Exporting a checkpoint builds no learner: the policy's weights
+are read from the learners' files, whatever number of them saved it
+(adarl/learner/checkpoint.py `read_policy_weights`), and written with the code the run's own
+export uses (adarl/learner/weights.py `save_hf_model`), onto the run's model's architecture
+held on the meta device (`CheckpointPolicy`): the same files, bit for bit.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from omegaconf import OmegaConf
 
@@ -57,8 +58,10 @@ from adarl.config import AdarlConfig, EvalConfig
 from adarl.redact import redact_config
 
 if TYPE_CHECKING:
-    from adarl.learner.group import LearnerGroup
+    import torch
+
     from adarl.rollout.codec import PromptCodec
+    from adarl.types import WeightVersion
 
 log = logging.getLogger("adarl")
 
@@ -117,17 +120,55 @@ def generation_settings(evaluation: EvalConfig, codec: PromptCodec) -> dict[str,
     return settings
 
 
+class ExportablePolicy(Protocol):
+    """What `write_model` writes: a policy that writes itself as an HF model directory (weights,
+    config, tokenizer) and says its weight version. The learners (`LearnerGroup`: rank 0 writes,
+    on its node) and a checkpoint's files (`CheckpointPolicy`) are both."""
+
+    def export_hf(self, directory: str | Path) -> None: ...
+
+    def weight_version(self) -> WeightVersion: ...
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """A checkpoint's policy, read from its files (`read_policy_weights`): its weights on the
+    run's model's architecture, built on the meta device (it only names and ties them)."""
+
+    weights: dict[str, torch.Tensor]
+    model_path: str  # the run's model: its config (architecture) and tokenizer files
+    version: int  # the weight version the checkpoint's learners had
+
+    def export_hf(self, directory: str | Path) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from adarl.learner.weights import save_hf_model
+
+        dtype = next(iter(self.weights.values())).dtype  # the training precision
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(
+                AutoConfig.from_pretrained(self.model_path), dtype=dtype
+            )
+        save_hf_model(directory, model, self.weights, tokenizer_source=self.model_path)
+
+    def weight_version(self) -> WeightVersion:
+        from adarl.types import WeightVersion
+
+        return WeightVersion(version=self.version, step=0)
+
+
 def write_model(
-    learners: LearnerGroup,
+    policy: ExportablePolicy,
     directory: str | Path,
     *,
     config: AdarlConfig,
     codec: PromptCodec,
     source: Mapping[str, Any],
 ) -> Path:
-    """The learners' current policy as a Hugging Face model directory at `directory`, replacing
-    any there (module docstring). `source`: what it was exported from, for `adarl_export.json`.
-    The learners write the weights and tokenizer (learner rank 0, on its node: on several nodes
+    """`policy` as a Hugging Face model directory at `directory`, replacing any there (module
+    docstring). `source`: what it was exported from, for `adarl_export.json`. The policy writes
+    its weights and tokenizer (from the learners, rank 0 on its node: on several nodes
     `directory` is on the run directory's shared file system); this process the rest."""
     from transformers import GenerationConfig
 
@@ -138,13 +179,13 @@ def write_model(
     start = time.perf_counter()
     try:
         scratch.mkdir()  # here first, as checkpoints do: the learners fill what the driver made
-        learners.export_hf(scratch)
+        policy.export_hf(scratch)
         settings = generation_settings(config.eval, codec)
         GenerationConfig(**settings).save_pretrained(scratch)
         (scratch / EXPORT_CONFIG_FILE).write_text(resolved_config_yaml(config))
         info = {
             **source,
-            "weight_version": learners.weight_version().version,
+            "weight_version": policy.weight_version().version,
             "generation": settings,
             "exported_unix_s": time.time(),
         }
@@ -283,16 +324,10 @@ def default_export_dir(target: Target) -> Path:
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, *, config: AdarlConfig) -> Path:
-    """Checkpoint `checkpoint` of a run configured by `config` as a model directory at `out`.
-
-    One learner in this process on the run's model (its DeepSpeed stage and precision, on this
-    machine's GPU if the run's learners had GPUs and one is here, else on CPU) takes only the
-    policy's weights from the checkpoint, then `write_model` writes them.
-    """
-    import torch
-
+    """Checkpoint `checkpoint` of a run configured by `config` as a model directory at `out`:
+    the policy's weights read from its learners' files, no learner built (module docstring)."""
     from adarl.checkpoint import load_checkpoint
-    from adarl.learner.build import build_learner_group
+    from adarl.learner.checkpoint import read_policy_weights
     from adarl.models.loading import load_tokenizer, resolve_model_config
     from adarl.rollout.codec import build_prompt_codec
 
@@ -310,26 +345,17 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, config: AdarlC
         )
     model_path = resolve_model_config(config.model, task=config.task)
     codec = build_prompt_codec(config.task, config.rollout, load_tokenizer(model_path))
-    on_gpu = config.cluster.gpus_per_learner > 0 and torch.cuda.is_available()
-    learners = build_learner_group(
-        config.learner,
+    state = loaded.objects.get("learner_state")
+    policy = CheckpointPolicy(
+        weights=read_policy_weights(learner_dir),
         model_path=model_path,
-        temperature=config.rollout.temperature,
-        in_process=True,
-        gpus_per_learner=1.0 if on_gpu else 0.0,
-        faults=config.faults,
+        # the weight version, for adarl_export.json
+        version=int(state["version"]) if isinstance(state, Mapping) else 0,
     )
-    try:
-        learners.load_weights(learner_dir)
-        state = loaded.objects.get("learner_state")
-        if isinstance(state, Mapping):
-            learners.load_state_dict(dict(state))  # the weight version, for adarl_export.json
-        source = export_source(
-            checkpoint.absolute().parent.parent, checkpoint, step=loaded.step, final=False
-        )
-        return write_model(learners, out, config=config, codec=codec, source=source)
-    finally:
-        learners.shutdown()
+    source = export_source(
+        checkpoint.absolute().parent.parent, checkpoint, step=loaded.step, final=False
+    )
+    return write_model(policy, out, config=config, codec=codec, source=source)
 
 
 def export_is_current(model_dir: Path, checkpoint: Path) -> bool:

@@ -31,6 +31,24 @@ def shared_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         del os.environ["ADARL_CACHE_DIR"]
 
 
+@pytest.fixture
+def registries() -> Iterator[None]:
+    """adarl's registries (uniform estimators, reweightings of the positives, loss terms) as
+    they were before the test: whatever a test registers leaves with it."""
+    from adarl.algo.advantages import UNIFORM_ESTIMATORS
+    from adarl.algo.reweighting import POSITIVE_REWEIGHTINGS
+    from adarl.learner.loss_terms import LOSS_TERMS
+
+    kept = [
+        (registry, dict(registry))
+        for registry in (UNIFORM_ESTIMATORS, POSITIVE_REWEIGHTINGS, LOSS_TERMS)
+    ]
+    yield
+    for registry, entries in kept:
+        registry.clear()
+        registry.update(entries)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files with long tests first (end-to-end runs, then files holding a `slow` test), each
     file's tests in their own order: `make test`'s workers take whole files in this order

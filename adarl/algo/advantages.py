@@ -49,9 +49,6 @@ class AdvantageOptions:
     grpo_eps: float = GRPO_EPS  # grpo: ε in (r - μ)/(σ + ε)
     focal_gamma: float = 0.0  # F-GRPO's γ on a group-relative estimator; 0 = off
     w_reinforce_lambda: float = W_REINFORCE_LAMBDA  # w_reinforce: a positive's advantage λ
-    # the likelihood-aware reweightings of the positives (`adarl.algo.reweighting`)
-    ucpo_tau: float = 0.2  # ucpo: the share τ of the positive mass moved toward unlikely samples
-    unlikeliness_beta: float = 0.25  # unlikeliness: β in r(1 - β·rank/G)
 
 
 @dataclass(frozen=True)

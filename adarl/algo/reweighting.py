@@ -5,8 +5,9 @@ reinforces a correct answer in proportion to how likely it already is: the likel
 rare ones are left behind and the policy sharpens (arXiv 2506.02355's "rank bias"). The options
 here move a group's positive signal toward its less likely correct samples, by their behaviour
 log-probs (`GroupInputs.mean_logprobs`: each sample's mean-token log π_behaviour(y|x), the
-reference codes' length-normalised log-prob). Each is one function of the kept group and one
-entry of `POSITIVE_REWEIGHTINGS` (`allocator.group.positive_reweighting`), applied at one stage:
+reference codes' length-normalised log-prob). Each is one function of the kept group and of its
+one parameter, and one entry of `POSITIVE_REWEIGHTINGS` (`allocator.group.positive_reweighting`;
+its parameter is the `allocator.group` key the entry names), applied at one stage:
 
     "advantages"  after the estimator, whatever it is (the pooled family with its correction and
                   whole pools included), before the learner: A ← reweight(A)
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from adarl.algo.advantages import POOL_ADVANTAGE, UNIFORM_ESTIMATORS, AdvantageOptions, GroupInputs
+from adarl.algo.advantages import POOL_ADVANTAGE, UNIFORM_ESTIMATORS, GroupInputs
 
 REWEIGHTING_OFF = "none"
 REWEIGHT_STAGES = ("advantages", "rewards")
@@ -38,15 +39,42 @@ NO_OBJECTIVE = (
 )
 
 
+Apply = Callable[[GroupInputs, np.ndarray, float], np.ndarray]  # (group, values [G], parameter)
+
+
 @dataclass(frozen=True)
 class PositiveReweighting:
-    """One registry entry: the reweighting (a function of the kept group and the values it
-    reshapes: the advantages or the rewards, `stage`) and its words for the declaration."""
+    """One registry entry: the reweighting (a function of the kept group, the values it
+    reshapes: the advantages or the rewards, `stage`, and its parameter), the name of that
+    parameter (the `allocator.group` key that sets it) and its words for the declaration."""
 
     name: str  # its config name, allocator.group.positive_reweighting
     stage: str  # one of REWEIGHT_STAGES
-    apply: Callable[[GroupInputs, np.ndarray], np.ndarray]  # (group, values [G]) -> values [G]
-    describe: Callable[[AdvantageOptions], str]  # what it does, with its parameter
+    parameter: str  # its parameter's name: the allocator.group key, e.g. "ucpo_tau"
+    apply: Apply  # (group, values [G], parameter) -> values [G]
+    describe: Callable[[float], str]  # what it does, with its parameter's value
+
+    def bind(self, value: float) -> Reweighting:
+        """This reweighting at `value` of its parameter: what the group builder applies."""
+        return Reweighting(entry=self, value=value)
+
+
+@dataclass(frozen=True)
+class Reweighting:
+    """A registry entry bound to its parameter's value (`PositiveReweighting.bind`)."""
+
+    entry: PositiveReweighting
+    value: float
+
+    @property
+    def stage(self) -> str:
+        return self.entry.stage
+
+    def apply(self, group: GroupInputs, values: np.ndarray) -> np.ndarray:  # [G] -> [G]
+        return self.entry.apply(group, values, self.value)
+
+    def describe(self) -> str:
+        return self.entry.describe(self.value)
 
 
 POSITIVE_REWEIGHTINGS: dict[str, PositiveReweighting] = {}
@@ -54,23 +82,19 @@ POSITIVE_REWEIGHTINGS: dict[str, PositiveReweighting] = {}
 
 
 def positive_reweighting(
-    name: str, *, stage: str, describe: Callable[[AdvantageOptions], str]
-) -> Callable[
-    [Callable[[GroupInputs, np.ndarray], np.ndarray]],
-    Callable[[GroupInputs, np.ndarray], np.ndarray],
-]:
-    """Register the decorated function of (`GroupInputs`, values) as the reweighting `name`."""
+    name: str, *, stage: str, parameter: str, describe: Callable[[float], str]
+) -> Callable[[Apply], Apply]:
+    """Register the decorated function of (`GroupInputs`, values, parameter) as the
+    reweighting `name`, its parameter set by the `allocator.group` key `parameter`."""
     if stage not in REWEIGHT_STAGES:
         raise ValueError(f"stage must be one of {REWEIGHT_STAGES} (got {stage!r})")
     if name == REWEIGHTING_OFF:
         raise ValueError(f"{REWEIGHTING_OFF!r} means no reweighting; pick another name")
 
-    def register(
-        apply: Callable[[GroupInputs, np.ndarray], np.ndarray],
-    ) -> Callable[[GroupInputs, np.ndarray], np.ndarray]:
+    def register(apply: Apply) -> Apply:
         if name in POSITIVE_REWEIGHTINGS:
             raise ValueError(f"positive reweighting {name!r} is registered twice")
-        POSITIVE_REWEIGHTINGS[name] = PositiveReweighting(name, stage, apply, describe)
+        POSITIVE_REWEIGHTINGS[name] = PositiveReweighting(name, stage, parameter, apply, describe)
         return apply
 
     return register
@@ -162,18 +186,19 @@ def ucpo_advantages(
 @positive_reweighting(
     "ucpo",
     stage="advantages",
-    describe=lambda options: (
-        f"UCPO (τ = {options.ucpo_tau:g}) moves a share τ of each group's positive advantage "
+    parameter="ucpo_tau",
+    describe=lambda tau: (
+        f"UCPO (τ = {tau:g}) moves a share τ of each group's positive advantage "
         "toward its less likely correct samples (by 1/softmax of their mean-token behaviour "
         "log-probs), the positive mass kept"
     ),
 )
-def _ucpo(group: GroupInputs, advantages: np.ndarray) -> np.ndarray:
+def _ucpo(group: GroupInputs, advantages: np.ndarray, tau: float) -> np.ndarray:
     return ucpo_advantages(
         advantages,
         mean_logprobs=group.mean_logprobs,  # type: ignore[arg-type]  # checked there
         positive=group.labels,
-        tau=group.options.ucpo_tau,
+        tau=tau,
     )
 
 
@@ -214,15 +239,16 @@ def unlikeliness_rewards(
 @positive_reweighting(
     "unlikeliness",
     stage="rewards",
-    describe=lambda options: (
-        f"the unlikeliness reward (β = {options.unlikeliness_beta:g}) lowers each correct "
+    parameter="unlikeliness_beta",
+    describe=lambda beta: (
+        f"the unlikeliness reward (β = {beta:g}) lowers each correct "
         "sample's reward by its likelihood rank in the group, r(1 - β·rank/G) with rank 0 the "
         "least likely (mean-token behaviour log-prob), before the estimator"
     ),
 )
-def _unlikeliness(group: GroupInputs, rewards: np.ndarray) -> np.ndarray:
+def _unlikeliness(group: GroupInputs, rewards: np.ndarray, beta: float) -> np.ndarray:
     return unlikeliness_rewards(
         rewards,
         mean_logprobs=group.mean_logprobs,  # type: ignore[arg-type]  # checked there
-        beta=group.options.unlikeliness_beta,
+        beta=beta,
     )

@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from adarl.allocator.coverage_phase import CoveragePhase
 from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import step_metrics
@@ -136,9 +137,12 @@ class BudgetAllocator:
         prior_pool: str = "difficulty",
         max_open_steps: int = 1,
         rehearsal: RehearsalStore | None = None,
+        coverage_phase: CoveragePhase | None = None,
     ) -> None:
         """`rehearsal`: DPH-RL's store (adarl/allocator/rehearsal.py): its prompts draw no
-        rollout, and each finished step carries its rehearsal rows."""
+        rollout, and each finished step carries its rehearsal rows. `coverage_phase`: the
+        builder of the first steps and its clock (adarl/allocator/coverage_phase.py); the
+        `group_builder` builds the others."""
         if prior_pool not in ("difficulty", "task"):
             raise ValueError(f"prior_pool must be 'difficulty' or 'task', got {prior_pool!r}")
         if max_carry_age_steps < 0:
@@ -172,13 +176,12 @@ class BudgetAllocator:
         self.hints = hints
         self.prior_pool = prior_pool
         self.rehearsal = rehearsal
+        self.coverage_phase = coverage_phase
         if hints is not None:
             host = _hint_host(capability(sampler, HintHost), sampler)
             hints.samples_per_condition = host.prompt_allowance()
         self._carry: list[CarriedGroup] = []
         self._last_metrics: dict[str, float] = {}
-        # rollouts in the pools of every finished step: the coverage phase's clock
-        self._rollouts_observed = 0
         self._steps: dict[int, OpenStep] = {}  # the open steps by number, oldest first
 
     # -- the step ----------------------------------------------------------------------------
@@ -506,10 +509,12 @@ class BudgetAllocator:
             )
         verdicts = {pid: current.sampler.verdict(pid) for pid in current.sampler.prompt_ids()}
         target = current.sampler.target_groups()
-        coverage_phase = self.group_builder.in_coverage_phase(self._rollouts_observed)
-        kept = self._build_groups(current, verdicts, target)
-        # counted at a step's finish, in step order, so overlapping steps see the same clock
-        self._rollouts_observed += sum(len(pool) for pool in current.pools.values())
+        phase = self.coverage_phase
+        own = self.group_builder
+        builder = own if phase is None else phase.builder_for_step(own)
+        kept = self._build_groups(current, verdicts, target, builder)
+        if phase is not None:  # at a step's finish, in step order: overlapping steps agree
+            phase.observe(sum(len(pool) for pool in current.pools.values()))
         self._record_outcomes(current, verdicts)
         trained, carried_out = self._train_or_carry(current, kept, target)
         rehearsal: list[Group] = []
@@ -536,8 +541,8 @@ class BudgetAllocator:
             sampler_metrics=sampler_metrics,
             engine_utilisation=engine_utilisation,
         )
-        if self.group_builder.coverage_phase is not None:  # 1: trained on the coverage phase
-            metrics["signal/coverage_phase"] = float(coverage_phase)
+        if phase is not None:  # 1: trained on the coverage phase's builder
+            metrics.update(phase.metrics(trained_in_phase=builder is not own))
         if self.rehearsal is not None:
             metrics.update(self.rehearsal.metrics(skipped=current.rehearsal_skipped))
         current.count_call(started)
@@ -563,7 +568,11 @@ class BudgetAllocator:
         return result
 
     def _build_groups(
-        self, current: OpenStep, verdicts: Mapping[str, PromptStatus], target: int | None
+        self,
+        current: OpenStep,
+        verdicts: Mapping[str, PromptStatus],
+        target: int | None,
+        builder: GroupBuilder,
     ) -> list[Group]:
         """The step's kept groups: one per resolved or unresolved pool the group builder keeps.
         With a target, in completion order (the surplus is what came last); without one, in
@@ -575,7 +584,7 @@ class BudgetAllocator:
             verdict = verdicts[pid]
             if verdict not in (PromptStatus.RESOLVED, PromptStatus.UNRESOLVED):
                 continue
-            group = self.group_builder.build(
+            group = builder.build(
                 prompt_id=self._task_prompt_id(pid),
                 # A pilot only estimated (its draw count depended on nothing, but the trained
                 # draw's count depended on its labels): it stays out of the group.
@@ -585,7 +594,6 @@ class BudgetAllocator:
                 prior_pass_rate=self.stats.pass_rate(pid),
                 law=current.sampler.sequential_law(),
                 estimate=current.hooks.pass_rate_estimate(pid),
-                rollouts_before=self._rollouts_observed,
             )
             if group is None:
                 continue
@@ -713,7 +721,7 @@ class BudgetAllocator:
             "last_metrics": dict(self._last_metrics),
             "step": self._oldest().state_dict() if self._steps else no_open_step_state(),
             "hints": self.hints.state_dict() if self.hints is not None else None,
-            "rollouts_observed": self._rollouts_observed,
+            "coverage_phase": None if (c := self.coverage_phase) is None else c.state_dict(),
             "rehearsal": None if self.rehearsal is None else self.rehearsal.state_dict(),
         }
 
@@ -722,8 +730,10 @@ class BudgetAllocator:
         self.stats.load_state_dict(state["stats"])
         self._carry = list(state["carry"])
         self._last_metrics = dict(state["last_metrics"])
-        # checkpoints from before the count hold none (no coverage phase could be on)
-        self._rollouts_observed = int(state.get("rollouts_observed", 0))
+        if self.coverage_phase is not None:  # its clock; earlier checkpoints kept it as the
+            # allocator's "rollouts_observed" (and before that none: no phase could be on)
+            legacy = {"rollouts_observed": state.get("rollouts_observed", 0)}
+            self.coverage_phase.load_state_dict(state.get("coverage_phase") or legacy)
         loaded = OpenStep.from_state(state["step"], self.sampler)
         self._steps = {} if loaded is None else {loaded.step: loaded}
         # Each optional part must be on in both or off in both ("rehearsal" is absent from

@@ -7,8 +7,10 @@ from typing import Any
 
 from adarl.algo.advantages import POOL_ADVANTAGE, get_uniform_estimator
 from adarl.allocator.allocator import BudgetAllocator
+from adarl.allocator.coverage_phase import CoveragePhase
 from adarl.allocator.curation import HistorySkip
-from adarl.allocator.group_builder import CoveragePhase, GroupBuilder
+from adarl.allocator.estimators import build_estimator, build_reweighting
+from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.rehearsal import RehearsalStore
 from adarl.allocator.samplers.base import Sampler
 from adarl.allocator.samplers.dynamic_filter import DynamicFilterSampler
@@ -151,39 +153,30 @@ def _build_sampler(plan: AllocatorPlan) -> Sampler:
 
 
 def build_group_builder(plan: AllocatorPlan) -> GroupBuilder:
-    """The plan's group builder; with a coverage phase, it holds the phase's own builder."""
+    """The plan's group builder: its estimator and reweighting built (adarl/allocator/
+    estimators.py), its selection settings."""
     config = plan.config
     group = config.group
-    options = config.advantage_options()
-    coverage = None
-    if plan.coverage_phase is not None:
-        coverage = CoveragePhase(
-            rollouts=group.coverage_phase_rollouts,
-            builder=build_group_builder(plan.coverage_phase),
-        )
     return GroupBuilder(
         group_size=group.group_size,
-        advantage=group.advantage,
-        correction=group.correction,
-        objective=group.objective,
-        alpha=group.objective_alpha,
-        objective_k=group.objective_k,
-        focal_gamma=options.focal_gamma,
-        pkpo_baseline=options.pkpo_baseline,
+        estimator=build_estimator(config),
+        reweighting=build_reweighting(group),
         unresolved_policy=group.unresolved_policy,
         downsample_order=group.downsample_order,
-        raft_normalization=options.raft_normalization,
         positive_threshold=config.positive_threshold,
-        clip_delta=group.clip_delta,
-        pass_rate_estimate=group.pass_rate_estimate,
         pool_weight=plan.pool_weight,
-        ada_est_eps=options.ada_est_eps,
-        w_reinforce_lambda=options.w_reinforce_lambda,
-        positive_reweighting=group.positive_reweighting,
-        ucpo_tau=options.ucpo_tau,
-        unlikeliness_beta=options.unlikeliness_beta,
-        coverage_phase=coverage,
         seed=seed_or_default(config.seed),
+    )
+
+
+def build_coverage_phase(plan: AllocatorPlan) -> CoveragePhase | None:
+    """The coverage phase (`allocator.group.coverage_phase_rollouts`) with its own builder;
+    None without one."""
+    if plan.coverage_phase is None:
+        return None
+    return CoveragePhase(
+        rollouts=plan.config.group.coverage_phase_rollouts,
+        builder=build_group_builder(plan.coverage_phase),
     )
 
 
@@ -206,6 +199,7 @@ def allocator_kwargs(plan: AllocatorPlan) -> dict[str, Any]:
     return {
         "sampler": build_sampler(plan),
         "group_builder": build_group_builder(plan),
+        "coverage_phase": build_coverage_phase(plan),
         "stats": PromptStatsStore(
             ema_decay=est.ema_decay,
             prior_alpha=est.prior_alpha,

@@ -33,7 +33,8 @@ from adarl.algo.advantages import (
 )
 from adarl.algo.implied import implied_weight, log_gate, logit_gate
 from adarl.algo.objectives import get_objective
-from adarl.algo.reweighting import NO_OBJECTIVE, get_positive_reweighting
+from adarl.algo.reweighting import NO_OBJECTIVE
+from adarl.allocator.estimators import build_reweighting
 from adarl.config.allocator import SEQUENTIAL_SAMPLERS, AllocatorConfig, AllocatorPlan
 
 PASS_RATES = (0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
@@ -157,17 +158,13 @@ def declare_objective(
 def _declare_update(plan: AllocatorPlan) -> ObjectiveDeclaration:
     """What one phase's group builder optimises: its estimator's objective, or, after a
     likelihood-aware reweighting of the positives, that it declares none (and why)."""
-    config = plan.config
     declaration = _declare(plan)
-    reweighting = get_positive_reweighting(
-        config.group.positive_reweighting, advantage=config.group.advantage
-    )
+    reweighting = build_reweighting(plan.config.group)
     if reweighting is None:
         return declaration
     return ObjectiveDeclaration(
         statement=(
-            f"{declaration.statement}, reweighted: "
-            f"{reweighting.describe(config.advantage_options())}, which {NO_OBJECTIVE}"
+            f"{declaration.statement}, reweighted: {reweighting.describe()}, which {NO_OBJECTIVE}"
         ),
         exact=False,
     )

@@ -449,8 +449,9 @@ class AllocatorConfig:
         return self.prompts_per_step if count is None else count
 
     def advantage_options(self) -> AdvantageOptions:
-        """The uniform-group estimators' parameters, as the group builder and the objective
-        declaration pass them (`adarl.algo.advantages.AdvantageOptions`)."""
+        """The uniform-group estimators' own parameters, bound to the estimator the group
+        builder receives (`adarl.allocator.estimators`) and read by the objective declaration
+        (`adarl.algo.advantages.AdvantageOptions`)."""
         group = self.group
         return AdvantageOptions(
             raft_normalization=group.raft_normalization,
@@ -458,8 +459,6 @@ class AllocatorConfig:
             ada_est_eps=self.estimation.epsilon,
             focal_gamma=group.focal_gamma,
             w_reinforce_lambda=group.w_reinforce_lambda,
-            ucpo_tau=group.ucpo_tau,
-            unlikeliness_beta=group.unlikeliness_beta,
         )
 
     def plan(self) -> AllocatorPlan:

@@ -1,7 +1,8 @@
 """A learner rank's checkpoint I/O: its DeepSpeed state (model, optimizer, LR schedule) on disk.
 
 DeepSpeed's own format under `directory/tag/` (one optimizer partition per rank, the module from
-rank 0 at ZeRO 0-2 or every rank's partitions at ZeRO-3) plus its `latest` file; the learner
+rank 0 at ZeRO 0-2 or every rank's partitions at ZeRO-3) plus its `latest` file, which
+`read_policy_weights` reads without an engine; the learner
 group's own state (weight version, step, fault counters) rides in DeepSpeed's `client_state`
 under `CLIENT_STATE_KEY`. The run's checkpoint (adarl/checkpoint.py) holds these directories.
 """
@@ -34,21 +35,30 @@ def load_engine_state(engine: Any, directory: str, *, tag: str) -> dict[str, Any
     return dict((client_state or {}).get(CLIENT_STATE_KEY, {}))
 
 
-def load_engine_weights(engine: Any, directory: str, *, tag: str) -> None:
-    """Only the policy's weights from what `save_engine_state` wrote, saved by any number of
-    ranks (`adarl.export`: one learner exports a checkpoint of N). DeepSpeed's module-only load
-    reads the full module saved by rank 0 at ZeRO 0-2 and, at ZeRO-3, rebuilds the fp32 weights
-    from every rank's partitions (cast to the training precision). The optimizer, scheduler and
-    step counters are left as they are."""
-    path, _ = engine.load_checkpoint(
-        directory,
-        tag=tag,
-        load_module_only=True,
-        load_optimizer_states=False,
-        load_lr_scheduler_states=False,
-    )
-    if path is None:
-        raise FileNotFoundError(f"no DeepSpeed checkpoint {tag!r} under {directory}")
+def read_policy_weights(directory: str | Path, *, tag: str | None = None) -> dict[str, Any]:
+    """The policy's weights, HF-named, at the training precision, read from what
+    `save_engine_state` wrote under `directory/tag` (the latest tag by default) by any number of
+    ranks: no engine, no process group, no learner (`adarl.export`). At ZeRO 0-2 they are the
+    module rank 0 saved; at ZeRO-3 DeepSpeed's `zero_to_fp32` rebuilds the fp32 weights from
+    every rank's optimizer partitions, cast to the training precision (the bf16 weights a bf16
+    run trains are those fp32 masters rounded). Tied weights appear under each name."""
+    import torch
+
+    tag = tag or latest_tag(directory)
+    saved = Path(directory) / tag
+    files = sorted(saved.glob("*model_states.pt"))
+    if not files:
+        raise FileNotFoundError(f"no DeepSpeed model states under {saved}")
+    # DeepSpeed's own files (pickled configs beside the tensors), written by this run.
+    states = torch.load(files[0], map_location="cpu", weights_only=False)
+    config = states["ds_config"]
+    if config["zero_optimization"]["stage"] != 3:
+        return dict(states["module"])
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    dtype = torch.bfloat16 if config.get("bf16", {}).get("enabled") else torch.float32
+    fp32 = get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=tag)
+    return {name: tensor.to(dtype) for name, tensor in fp32.items()}
 
 
 # The KL reference's weights once it has been reset to the policy (ProRL's reset): its

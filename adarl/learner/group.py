@@ -650,15 +650,6 @@ class LearnerGroup:
         )
         self.load_state_dict(states[0])
 
-    def load_weights(self, directory: str | Path, *, tag: str | None = None) -> None:
-        """Only the policy's weights from a checkpoint `save_checkpoint` wrote, whatever number
-        of learners wrote it (`Learner.load_weights`); the weight version is left to the caller."""
-        tag = tag or latest_tag(directory)
-        self._wait(
-            [h.submit(Learner.load_weights, str(directory), tag=tag) for h in self._handles],
-            "loading the policy's weights from a checkpoint",
-        )
-
     def state_dict(self) -> dict[str, int]:
         return {
             "version": self._version,

@@ -42,7 +42,7 @@ import torch
 from adarl.algo.loss import LossInputs, LossTerm, TermNeeds, TermRows, policy_loss
 from adarl.config.learner import LearnerConfig, PolicyLossConfig
 from adarl.learner.batching import MiniBatchShard, RowCounts
-from adarl.learner.checkpoint import load_engine_state, load_engine_weights, save_engine_state
+from adarl.learner.checkpoint import load_engine_state, save_engine_state
 from adarl.learner.engine import EngineSettings, Stage0Clip, build_engine, build_reference
 from adarl.learner.logprobs import TokenScorer
 from adarl.learner.loss_terms import build_loss_terms
@@ -514,8 +514,3 @@ class Learner:
                 "reset_reference needs a KL reference model: set learner.loss.kl_coef > 0"
             )
         self._reference.reset_to(self.module)
-
-    def load_weights(self, directory: str, *, tag: str) -> None:
-        """Only the policy's weights from what `save_checkpoint` wrote, by any number of ranks;
-        the optimizer, scheduler and step counters are left as they are."""
-        load_engine_weights(self.engine, directory, tag=tag)

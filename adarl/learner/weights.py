@@ -146,15 +146,8 @@ class PolicyWeights:
         """An HF model directory (config, safetensors, and the tokenizer files found in the
         directory `tokenizer_source`) on rank 0. Collective."""
         weights = self.gather([info.name for info in self.infos()])
-        if self._rank != 0:
-            return
-        target = Path(directory)
-        target.mkdir(parents=True, exist_ok=True)
-        self._module.save_pretrained(target, state_dict=weights, safe_serialization=True)
-        source = Path(tokenizer_source)
-        for filename in TOKENIZER_FILES:
-            if (source / filename).is_file():
-                shutil.copy2(source / filename, target / filename)
+        if self._rank == 0:
+            save_hf_model(directory, self._module, weights, tokenizer_source=tokenizer_source)
 
     @contextmanager
     def _gathered(self, params: Sequence[torch.Tensor]) -> Iterator[None]:
@@ -165,3 +158,22 @@ class PolicyWeights:
 
         with deepspeed.zero.GatheredParameters(list(params), modifier_rank=None):
             yield
+
+
+def save_hf_model(
+    directory: str | Path,
+    model: torch.nn.Module,
+    weights: dict[str, torch.Tensor],
+    *,
+    tokenizer_source: str | Path,
+) -> None:
+    """An HF model directory: `model`'s config with `weights` as its safetensors (`model` only
+    names and ties them: it may live on the meta device), and the tokenizer files found in the
+    directory `tokenizer_source`."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target, state_dict=weights, safe_serialization=True)  # type: ignore[operator]
+    source = Path(tokenizer_source)
+    for filename in TOKENIZER_FILES:
+        if (source / filename).is_file():
+            shutil.copy2(source / filename, target / filename)

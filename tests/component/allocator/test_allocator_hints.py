@@ -14,6 +14,7 @@ import pytest
 from _allocator_world import deterministic_metrics
 
 from adarl.allocator import BudgetAllocator
+from adarl.allocator.estimators import PooledAdvantage, UniformAdvantage
 from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.hint_stage import HintStage
 from adarl.allocator.metrics import is_mixed
@@ -131,7 +132,7 @@ class _NoRefill:
 def _uniform(hints: HintStage | None, *, seed: int = 0) -> BudgetAllocator:
     return BudgetAllocator(
         sampler=UniformSampler(samples_per_prompt=N),
-        group_builder=GroupBuilder(group_size=None, advantage="grpo"),
+        group_builder=GroupBuilder(group_size=None, estimator=UniformAdvantage.named("grpo")),
         seed=seed,
         hints=hints,
     )
@@ -247,7 +248,7 @@ def test_streaming_seq_balance_hint_keeps_its_own_pool_and_pass_rate():
     )
     allocator = BudgetAllocator(
         sampler=sampler,
-        group_builder=GroupBuilder(group_size=4, advantage="pool", correction="selection"),
+        group_builder=GroupBuilder(group_size=4, estimator=PooledAdvantage(correction="selection")),
         hints=HintStage(schedule=SageSchedule(), collapse=CollapseRule(after_samples=8)),
     )
     phase, _ = world.run_step(allocator, 1, HintGenerator(source="template"))
@@ -332,7 +333,7 @@ def test_streaming_hint_ceiling_counts_each_condition_at_its_cap_until_it_ends()
     sampler = SequentialSampler(k_pos=2, k_neg=2, max_samples_per_prompt=16)
     allocator = BudgetAllocator(
         sampler=sampler,
-        group_builder=GroupBuilder(group_size=4, advantage="pool", correction="selection"),
+        group_builder=GroupBuilder(group_size=4, estimator=PooledAdvantage(correction="selection")),
         hints=HintStage(
             schedule=SageSchedule(),
             collapse=CollapseRule(after_samples=8),

@@ -9,6 +9,7 @@ import pytest
 
 from adarl.config.learner import PolicyLossConfig
 from adarl.learner import LearnerGroup
+from adarl.learner.checkpoint import REFERENCE_STATE_FILE
 
 from .conftest import small_batch
 
@@ -56,12 +57,13 @@ def test_the_reference_moves_to_the_policy_and_is_checkpointed(
         )
     finally:
         resumed.shutdown()
-    # Loading only the policy's weights keeps the initial reference: another KL, so the check
-    # above sees the checkpointed reference, not the policy's.
-    weights_only = _group(tiny_policy_dir, zero_stage, 2)
+    # Without the checkpointed reference the group keeps its initial one: another KL, so the
+    # check above sees the checkpointed reference, not the policy's.
+    (tmp_path / tag / REFERENCE_STATE_FILE).unlink()
+    initial_reference = _group(tiny_policy_dir, zero_stage, 2)
     try:
-        weights_only.load_weights(tmp_path, tag=tag)
-        other = weights_only.train_step(small_batch(3)).metrics["train/kl"]
+        initial_reference.load_checkpoint(tmp_path, tag=tag)
+        other = initial_reference.train_step(small_batch(3)).metrics["train/kl"]
     finally:
-        weights_only.shutdown()
+        initial_reference.shutdown()
     assert abs(other - after_three) > 1e-4 * max(other, after_three)

@@ -8,6 +8,7 @@ import pytest
 from adarl.algo.advantages import grpo_advantages, reinforce_baseline_advantages
 from adarl.algo.allocation import ema_pass_rate_update
 from adarl.algo.selection import corrected_advantages
+from adarl.allocator.estimators import PooledAdvantage, UniformAdvantage
 from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.metrics import pass_rate_bin, step_metrics
 from adarl.allocator.samplers.base import PromptStatus
@@ -50,7 +51,9 @@ def test_pool_mode_reference_group() -> None:
 
 def test_pool_mode_selection_correction_matches_algo() -> None:
     rewards = [1, 0, 0, 0, 0, 0, 1, 0, 0, 0]
-    builder = GroupBuilder(group_size=4, correction="selection", objective="log", seed=5)
+    builder = GroupBuilder(
+        group_size=4, estimator=PooledAdvantage(correction="selection", objective="log"), seed=5
+    )
     group = builder.build(
         prompt_id="p", pool=pool_of(rewards), resolved=True, step=2, prior_pass_rate=0.5
     )
@@ -103,13 +106,13 @@ def test_unresolved_policies() -> None:
 
 def test_uniform_estimators_and_whole_pools() -> None:
     rewards = [1.0, 0.0, 0.0, 1.0, 1.0]
-    grpo = GroupBuilder(group_size=None, advantage="grpo")
+    grpo = GroupBuilder(group_size=None, estimator=UniformAdvantage.named("grpo"))
     group = grpo.build(
         prompt_id="p", pool=pool_of(rewards), resolved=True, step=0, prior_pass_rate=0.5
     )
     assert group is not None and len(group.rollouts) == 5
     assert group.advantages == pytest.approx(tuple(grpo_advantages(np.array(rewards))))
-    baseline = GroupBuilder(group_size=None, advantage="reinforce_baseline")
+    baseline = GroupBuilder(group_size=None, estimator=UniformAdvantage.named("reinforce_baseline"))
     group = baseline.build(
         prompt_id="p", pool=pool_of(rewards), resolved=True, step=0, prior_pass_rate=0.2
     )
@@ -251,7 +254,10 @@ def test_raft_normalization_reaches_the_advantages(
     normalization: str, expected: tuple[float, ...]
 ) -> None:
     # One positive in a group of 4: A = 1 (÷ the group) or n/K = 4 (÷ the accepted samples).
-    builder = GroupBuilder(group_size=None, advantage="raft", raft_normalization=normalization)
+    builder = GroupBuilder(
+        group_size=None,
+        estimator=UniformAdvantage.named("raft", raft_normalization=normalization),
+    )
     group = builder.build(
         prompt_id="p", pool=pool_of([1, 0, 0, 0]), resolved=True, step=0, prior_pass_rate=0.5
     )
@@ -274,9 +280,7 @@ def test_whole_pool_trains_every_sample_as_n_sequences_worth() -> None:
     rewards = [1, 0, 0, 1, 0, 0, 1, 0]
     builder = GroupBuilder(
         group_size=None,
-        correction="selection",
-        objective="log",
-        pass_rate_estimate="pool",
+        estimator=PooledAdvantage("selection", "log", pass_rate_estimate="pool"),
         pool_weight=4,
     )
     group = builder.build(

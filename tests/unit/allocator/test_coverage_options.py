@@ -301,4 +301,4 @@ def test_pass_at_k_reaches_every_reader_of_the_objective() -> None:
             group=GroupConfig(correction="selection", objective="pass_at_k", objective_k=5),
         )
     )
-    assert seq.group_builder.objective_k == 5
+    assert seq.group_builder.estimator.objective_k == 5

@@ -1,11 +1,13 @@
-"""The registries of uniform-group advantage estimators (`adarl.algo.advantages`) and objectives
-(`adarl.algo.objectives`): every entry is a config name the schema accepts, states what it
-optimises (or why a uniform group alone cannot), and trains through the real group builder; a new
-estimator is one function and its entry, nothing else (the last test registers one)."""
+"""The registries of uniform-group advantage estimators (`adarl.algo.advantages`), objectives
+(`adarl.algo.objectives`) and reweightings of the positives (`adarl.algo.reweighting`): every
+entry is a config name the schema accepts, states what it optimises (or why a uniform group alone
+cannot), and trains through the real group builder; a new estimator is one function and its
+entry, nothing else, and a new reweighting its function, its entry and its parameter's key (the
+tests at the end register one of each)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -18,11 +20,14 @@ from adarl.algo.advantages import (
     GroupInputs,
     GroupSpec,
     ImpliedObjective,
-    UniformEstimator,
     uniform_estimator,
 )
 from adarl.algo.implied import implied_weight
 from adarl.algo.objectives import OBJECTIVES, get_objective
+from adarl.algo.reweighting import (
+    NO_OBJECTIVE,
+    positive_reweighting,
+)
 from adarl.allocator.build import build_group_builder
 from adarl.allocator.objective import PASS_RATES, declare_objective
 from adarl.config.allocator import SAMPLERS, AllocatorConfig, GroupConfig
@@ -30,15 +35,6 @@ from adarl.types import Group
 
 K = 2  # pass@k's k for the estimators that read it
 P = np.array(PASS_RATES)
-
-
-@pytest.fixture
-def registry() -> Iterator[dict[str, UniformEstimator]]:
-    """The estimator registry; whatever a test registers leaves with it."""
-    saved = dict(UNIFORM_ESTIMATORS)
-    yield UNIFORM_ESTIMATORS
-    UNIFORM_ESTIMATORS.clear()
-    UNIFORM_ESTIMATORS.update(saved)
 
 
 def _uniform(advantage: str, n: int = 4, **group: object) -> AllocatorConfig:
@@ -130,7 +126,8 @@ def test_every_objective_is_a_config_name_declared_and_corrected(name: str) -> N
     assert np.all(np.isfinite(group.advantages)) and len(group.advantages) == 4
 
 
-def test_a_new_estimator_is_one_function_and_its_entry(registry: dict) -> None:
+@pytest.mark.usefixtures("registries")
+def test_a_new_estimator_is_one_function_and_its_entry() -> None:
     """A signed constant baseline, A = r - 1/2, registered here only: with nothing else written,
     the config accepts it, the group builder trains it, implied_weight enumerates it and the run
     declares its objective (REINFORCE with a constant baseline: p, weight 1, exactly)."""
@@ -152,7 +149,7 @@ def test_a_new_estimator_is_one_function_and_its_entry(registry: dict) -> None:
     assert declaration.statement == "p (weight 1), with groups of n = 4"
     with pytest.raises(ValueError, match="registered twice"):
         uniform_estimator(
-            "signed_half", implied=registry["signed_half"].implied, objective="linear"
+            "signed_half", implied=UNIFORM_ESTIMATORS["signed_half"].implied, objective="linear"
         )(signed_half)
 
 
@@ -165,3 +162,41 @@ def test_an_unknown_name_is_refused_naming_the_registry() -> None:
         uniform_estimator(
             POOL_ADVANTAGE, implied=UNIFORM_ESTIMATORS["rloo"].implied, objective="log"
         )
+
+
+@dataclass
+class GroupWithShrink(GroupConfig):
+    """The group config with the new option's key, as its field would be added to GroupConfig."""
+
+    shrink_positives: float = 0.5
+
+
+@pytest.mark.usefixtures("registries")
+def test_a_new_group_option_is_one_function_its_entry_and_its_key() -> None:
+    """A reweighting that scales the positives' advantages by its parameter, registered here
+    only: the config accepts its name and its key, the group builder applies it bound to the
+    key's value, and the run declares it (and that it declares no f(p) objective)."""
+
+    @positive_reweighting(
+        "shrink", stage="advantages", parameter="shrink_positives", describe=lambda c: f"×{c:g}"
+    )
+    def shrink(group: GroupInputs, advantages: np.ndarray, factor: float) -> np.ndarray:
+        return np.where(group.labels, advantages * factor, advantages)
+
+    config = AllocatorConfig(
+        sampler="uniform",
+        uniform_samples_per_prompt=4,
+        group=GroupWithShrink(
+            group_size=None, advantage="rloo", positive_reweighting="shrink", shrink_positives=0.25
+        ),
+    )
+    rewards = (1.0, 0.0, 0.0, 1.0)
+    plain = _build(_uniform("rloo"), rewards).advantages
+    shrunk = _build(config, rewards).advantages
+    np.testing.assert_allclose(
+        shrunk, [a * 0.25 if r else a for a, r in zip(plain, rewards, strict=True)]
+    )
+    statement = declare_objective(config.plan()).statement
+    assert statement.endswith(", reweighted: ×0.25, which " + NO_OBJECTIVE)
+    with pytest.raises(ValueError, match="registered twice"):
+        positive_reweighting("shrink", stage="advantages", parameter="x", describe=str)(shrink)

@@ -16,6 +16,8 @@ import pytest
 from adarl.algo.advantages import grpo_advantages, pkpo_advantages
 from adarl.algo.implied import log_gate
 from adarl.allocator import build_group_builder
+from adarl.allocator.build import build_coverage_phase
+from adarl.allocator.group_builder import GroupBuilder
 from adarl.allocator.objective import PASS_RATES, declare_objective
 from adarl.config import AdarlConfig, validate_combinations
 from adarl.config.allocator import AllocatorConfig, GroupConfig, SequentialConfig
@@ -68,15 +70,12 @@ def _pool(
     ]
 
 
-def _build(config: AllocatorConfig, pool: list[ScoredRollout], rollouts_before: int = 0) -> Group:
-    group = build_group_builder(config.plan()).build(
-        prompt_id="p",
-        pool=pool,
-        resolved=True,
-        step=0,
-        prior_pass_rate=0.5,
-        rollouts_before=rollouts_before,
-    )
+def _build(
+    config: AllocatorConfig, pool: list[ScoredRollout], builder: GroupBuilder | None = None
+) -> Group:
+    """`pool`'s group by `config`'s builder (or by `builder`)."""
+    builder = builder or build_group_builder(config.plan())
+    group = builder.build(prompt_id="p", pool=pool, resolved=True, step=0, prior_pass_rate=0.5)
     assert group is not None
     return group
 
@@ -244,14 +243,25 @@ def test_validation_names_the_key_and_the_fix(config: AllocatorConfig, message: 
 
 def test_the_coverage_phase_builds_until_its_rollouts_then_the_run_s_own() -> None:
     config = _grpo(8, objective_k=4, coverage_phase_rollouts=1000, coverage_advantage="pkpo")
-    builder = build_group_builder(config.plan())
-    assert builder.in_coverage_phase(999) and not builder.in_coverage_phase(1000)
+    phase = build_coverage_phase(config.plan())
+    assert phase is not None and phase.active
+    run_s_own = build_group_builder(config.plan())
     rewards = [1, 0, 0, 0, 1, 0, 0, 0]
     pool = _pool(rewards, [[-0.5]] * 8)
-    first = _build(config, pool, rollouts_before=999)
+    phase.observe(999)
+    assert phase.active and phase.metrics(trained_in_phase=True) == {"signal/coverage_phase": 1}
+    first = _build(config, pool, phase.builder_for_step(run_s_own))
     np.testing.assert_allclose(first.advantages, pkpo_advantages(np.array(rewards), k=4))
-    after = _build(config, pool, rollouts_before=1000)
-    np.testing.assert_allclose(after.advantages, grpo_advantages(np.array(rewards)))
+    phase.observe(1)
+    assert not phase.active and phase.builder_for_step(run_s_own) is run_s_own
+    np.testing.assert_allclose(
+        _build(config, pool, run_s_own).advantages, grpo_advantages(np.array(rewards))
+    )
+    # Its clock is its state.
+    again = build_coverage_phase(config.plan())
+    assert again is not None
+    again.load_state_dict(phase.state_dict())
+    assert again.rollouts_observed == 1000 and not again.active
 
 
 def test_the_declaration_prints_both_phases() -> None:

@@ -84,7 +84,7 @@ def test_raft_variants_train_what_their_labels_say() -> None:
         )
         np.testing.assert_allclose(weight, expected, rtol=1e-12)
         builder = build_group_builder(_compose(f"+experiment={experiment}").allocator.plan())
-        assert builder.options.raft_normalization == group.raft_normalization
+        assert builder.estimator.options.raft_normalization == group.raft_normalization  # type: ignore[union-attr]
 
 
 def test_unknown_key_fails_at_composition() -> None:
