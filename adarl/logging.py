@@ -314,12 +314,6 @@ class MetricsLogger:
         if self._wandb_run is not None:
             self._wandb_run.config.update(redact_config(dict(config)), allow_val_change=True)
 
-    def log_summary(self, summary: Mapping[str, Any]) -> None:
-        """Set end-of-run numbers (e.g. final accuracy) on the W&B run's summary."""
-        self._check_open()
-        if self._wandb_run is not None:
-            self._wandb_run.summary.update(redact_config(dict(summary)))
-
     @property
     def wandb_run_dir(self) -> Path | None:
         """RUN_DIR/wandb/{offline-,}run-<time>-<id>, or None when W&B is disabled."""

@@ -1,8 +1,9 @@
-"""Build every component from a validated `AdarlConfig`, run the step loop, write the outcome.
+"""Run a validated `AdarlConfig`: its training session, then the outcome written and printed.
 
-This is the composition root: the only place that turns configuration into objects and decides
-where they run (in this process, or as Ray actors through `adarl.cluster`). The loop itself is
-`adarl.driver.Driver`; everything algorithm-specific was decided by the builders called here.
+The composition root is `adarl.session.TrainingSession` (adarl/session.py): the only place
+that turns configuration into objects and decides where they run (in this process, or as Ray
+actors through `adarl.cluster`). The loop itself is `adarl.driver.step_loop.Driver`; everything
+algorithm-specific was decided by the builders the session calls.
 
 Run directory, at the end: `config.yaml`, `metrics.jsonl`, `completions.jsonl`, `wandb/`,
 `checkpoints/`, `model/` (the final policy as a Hugging Face model: adarl/export.py), `logs/` (each
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 
 from adarl.config import AdarlConfig
@@ -118,7 +118,3 @@ def _format_pass_at_k(summary: RunSummary) -> str:
                 f"    pass@1 above it {paired_text(lead['lead'], lead['se'], lead['prompts'])}"
             )
     return "\n".join(lines) + "\n"
-
-
-def elapsed_since(start: float) -> float:
-    return time.perf_counter() - start

@@ -61,13 +61,6 @@ from adarl.weight_sync.build import build_weight_sync
 
 log = logging.getLogger("adarl")
 
-PROGRESS_KEYS = (
-    "eval/accuracy",
-    "train/loss",
-    "signal/mixed_group_fraction",
-    "sampling/samples_per_prompt_mean",
-)
-
 
 class TrainingSession:
     def __init__(

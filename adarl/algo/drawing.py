@@ -108,14 +108,6 @@ class PassRatePrior:
         return float(np.dot(self.grid, self.weights))
 
 
-def _log_likelihood(grid: np.ndarray, positives: np.ndarray, negatives: np.ndarray) -> np.ndarray:
-    """log p^N⁺(1-p)^N⁻ on the grid (broadcast), with 0·log 0 = 0 at the endpoints."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        up = np.where(positives > 0, positives * np.log(grid), 0.0)
-        down = np.where(negatives > 0, negatives * np.log1p(-grid), 0.0)
-    return up + down
-
-
 def stop_time_distribution(
     rule: StoppingRule,
     *,

@@ -1,7 +1,7 @@
 """`BudgetAllocator`: per-prompt statistics, the step's stream of `PromptRequest`s, kept groups.
 
 A plain class (`adarl.cluster` wraps it as a Ray actor; every public method is a plain method so
-that it can be called remotely). The rollout phase's `RolloutStream` (adarl/rollout_phase.py;
+that it can be called remotely). The rollout phase's `RolloutStream` (adarl/driver/rollout_phase.py;
 the benchmarks and component tests run the same loop on a simulated rollout pool) makes one
 `update` call per wave, each answered by a `StreamUpdate`:
 

@@ -4,7 +4,7 @@ Some rewards cannot be computed response by response: DRO's R3 (adarl/reward/r3.
 rollout of a prompt (a per-token deviation across them) and a teacher-forced scoring pass of the
 policy. Such a stage runs once per step, between the end of sampling and group building:
 
-    collect_groups (adarl/rollout_phase.py), after the allocator reports the step complete:
+    collect_groups (adarl/driver/rollout_phase.py), after the allocator reports the step complete:
         pools    = allocator.finished_pools()                 # prompts that will become groups
         rescored = pool_reward.rescore(pools, score=rollout.score)   # one batched scoring pass
         allocator.rescore_pools(rescored)                     # new rewards, pool statistics

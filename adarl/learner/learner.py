@@ -234,10 +234,6 @@ class Learner:
         """The module DeepSpeed wraps: the HF model's backbone and head, scoring tokens."""
         return self.engine.module
 
-    def global_step(self) -> int:
-        """Optimizer steps taken (restored by `load_checkpoint`)."""
-        return int(self.engine.global_steps)
-
     # ----------------------------------------------------------------------------- training
 
     def train_step(

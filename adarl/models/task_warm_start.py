@@ -99,11 +99,6 @@ class TaskWarmStartData:
     probe_answers: tuple[str, ...] = ()
     probe_levels: tuple[str, ...] = ()
 
-    @property
-    def longest_pair_tokens(self) -> int:
-        """<bos> + prompt + response + <eos> of the longest pair (one token per character)."""
-        return max(len(p) + len(r) for p, r in (*self.pairs, *self.probe)) + 2
-
     def batch_tokens(self, batch_size: int) -> int:
         """Tokens of a typical training batch, padding included: `batch_size` rows as long as the
         pair at the (1 − 1/(batch_size + 1)) quantile of lengths, about the longest of

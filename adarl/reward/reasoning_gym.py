@@ -44,11 +44,6 @@ def _package() -> Any:
     return reasoning_gym
 
 
-def generator_names() -> list[str]:
-    """Every generator reasoning-gym registers, sorted."""
-    return sorted(_package().factory.DATASETS)
-
-
 def canonical_config(config: Mapping[str, Any]) -> str:
     """The generator's configuration as compact JSON with sorted keys (part of every id)."""
     return json.dumps(_plain(config), sort_keys=True, separators=(",", ":"))

@@ -22,7 +22,7 @@ codec is made, so the text determines the ids.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -115,9 +115,6 @@ class PromptCodec:
             sampling=sampling or self.sampling,
             seed=request.seed,
         )
-
-    def generation_requests(self, requests: Sequence[PromptRequest]) -> list[GenerationRequest]:
-        return [self.generation_request(r) for r in requests]
 
     @staticmethod
     def rollouts(

@@ -157,10 +157,6 @@ class FakeEngine:
     def metrics(self) -> dict[str, float]:
         return {"perf/rollout_samples_total": float(self._samples_generated)}
 
-    def expected_pass_rate(self, prompt: str) -> float:
-        """The scripted pass rate for `prompt` (raises the same error as `generate`)."""
-        return self._script[self._check_known(prompt)].pass_rate
-
     # -- internals ---------------------------------------------------------------------------
 
     def _prompt_text(self, prompt_token_ids: Sequence[int]) -> str:
