@@ -4,7 +4,8 @@ A part that hangs (a wedged GPU driver, a collective waiting for a peer that die
 never ends) loses only itself: its whole process group (its children too: Ray's, vLLM's and
 pytest's) is killed at the limit, and whatever the caller wrote before stays on disk, since the
 results file is replaced atomically after every part. Stdlib only, so that the process which
-orders the parts never imports torch. `python -m adarl.preflight` runs its checks with it.
+orders the parts never imports torch. `python -m adarl.preflight` runs its checks with it, and
+the GPU kit (adarl/bench/gpu_kit.py) its stages.
 """
 
 from __future__ import annotations
@@ -82,6 +83,23 @@ def run_with_timeout(
         timed_out=timed_out,
         log=log,
     )
+
+
+def gpu_tests_command(python: str, *, junit_xml: Path) -> list[str]:
+    """The one pytest invocation of tests/gpu, shared by the pre-flight's check and the GPU kit's
+    stage: quiet, every outcome listed (`-rA`), no cache written into the checkout, and a JUnit
+    report at `junit_xml` for `pytest_junit_summary`."""
+    return [
+        python,
+        "-m",
+        "pytest",
+        "tests/gpu",
+        "-q",
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit_xml}",
+    ]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -32,7 +32,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from adarl.timed_run import pytest_junit_summary
+from adarl.timed_run import gpu_tests_command, pytest_junit_summary, run_with_timeout
 
 # name -> (version, kind). "wheel": a wheel for the target Python; "sdist": carried as the sdist
 # and built there; "build": sdist-only pure-Python package built into a wheel here.
@@ -240,31 +239,19 @@ def run_stage(
     env: Mapping[str, str],
     cwd: Path,
 ) -> StageResult:
-    """`command` in its own process group, output to `log`; the whole group is killed at
-    `timeout_s` (pytest's and the bench's child processes included)."""
-    result = StageResult(name=name, command=list(command), timeout_s=round(timeout_s, 1))
-    result.log = log.name
-    start = time.perf_counter()
-    with open(log, "w") as sink:
-        sink.write(f"$ {' '.join(command)}\n(timeout {timeout_s:.0f} s)\n")
-        sink.flush()
-        process = subprocess.Popen(
-            list(command),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            cwd=cwd,
-            start_new_session=True,
-        )
-        try:
-            result.returncode = process.wait(timeout=max(timeout_s, 1.0))
-        except subprocess.TimeoutExpired:
-            result.timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
-            result.returncode = process.wait()
-            sink.write(f"\nadarl gpu-check: stage {name} killed at its {timeout_s:.0f} s limit\n")
-    result.seconds = round(time.perf_counter() - start, 1)
-    return result
+    """`command` under `adarl.timed_run.run_with_timeout` (the pre-flight's runner: its own
+    process group, output to `log`, the whole group killed at `timeout_s`, pytest's and the
+    bench's child processes included), as the report's record."""
+    run = run_with_timeout(command, timeout_s=timeout_s, log=log, env=env, cwd=cwd)
+    return StageResult(
+        name=name,
+        command=list(command),
+        timeout_s=round(timeout_s, 1),
+        seconds=run.seconds,
+        returncode=run.returncode,
+        timed_out=run.timed_out,
+        log=log.name,
+    )
 
 
 def _machine(python: str, env: Mapping[str, str]) -> dict[str, str]:
@@ -390,20 +377,7 @@ def check(
         )
         install = stage("imports", [python, "-c", probe])
     junit = out / "pytest.xml"
-    tests = stage(
-        "pytest",
-        [
-            python,
-            "-m",
-            "pytest",
-            "tests/gpu",
-            "-q",
-            "-rA",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={junit}",
-        ],
-    )
+    tests = stage("pytest", gpu_tests_command(python, junit_xml=junit))
     report.pytest = pytest_junit_summary(junit)
     preflight_ok = True
     if preflight:

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 from adarl.preflight.checks import PUSH_LEARNING_RATE, SMALL_MODEL_POSITIONS, fix_for
 from adarl.preflight.node import CHECKOUT, NodeFacts, config_needs, skip_reason
 from adarl.preflight.verdicts import CHECKS, PreflightReport, Status, Verdict
-from adarl.timed_run import TimedRun, pytest_junit_summary, run_with_timeout, write_json_atomic
+from adarl.timed_run import (
+    TimedRun,
+    gpu_tests_command,
+    pytest_junit_summary,
+    run_with_timeout,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     from adarl.config import AdarlConfig
@@ -255,17 +261,7 @@ def run_gpu_tests(*, out_dir: Path, timeout_s: float) -> Verdict:
     junit = out_dir / "tests_gpu.xml"
     junit.unlink(missing_ok=True)
     run = run_with_timeout(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "tests/gpu",
-            "-q",
-            "-rA",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={junit}",
-        ],
+        gpu_tests_command(sys.executable, junit_xml=junit),
         timeout_s=timeout_s,
         log=out_dir / "tests_gpu.log",
         env=_child_env(),
