@@ -222,11 +222,11 @@ def _run_source(run_dir: Path) -> Source:
 
 
 def _run_level_names(run_dir: Path) -> dict[str, str]:
-    from adarl.evaluate import compose_config
     from adarl.evaluation import level_names
+    from adarl.export import read_run_config  # the run's resolved config, validated
 
     try:
-        return dict(level_names(compose_config(run_dir / "config.yaml", []).task))
+        return dict(level_names(read_run_config(run_dir / "config.yaml").task))
     except (ValueError, OSError):
         return {}
 
