@@ -51,7 +51,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from adarl.config import AdarlConfig
 from adarl.config.model import BUILTIN_MODELS
 from adarl.config.seeds import seed_or_default
+from adarl.evaluation.table import format_table
 from adarl.export import (
     EXPORT_CONFIG_FILE,
     RUN_CONFIG_FILE,
@@ -339,34 +340,6 @@ def run_evaluation(plan: EvaluationPlan, *, library_log: Path) -> tuple[EvalResu
         "wall_s": time.perf_counter() - start,
     }
     return result, record
-
-
-def format_table(table: dict[str, Any], names: Mapping[str, str] | None = None) -> str:
-    """The pass@k table (an `EvalResult.table()`): a row per level, the guesser's below each;
-    `names` names the levels (`level_names`: "2d+-2d" for the arithmetic task's "4")."""
-    names = names or {}
-    ks = list(table["pass_at_k"])
-    labels = {level: names.get(level, level) for level in table["by_level"]}
-    width = max([8, *(len(label) + 2 for label in labels.values())])
-    header = f"  {'level':<{width}}{'prompts':>8}" + "".join(f"{'pass@' + k:>10}" for k in ks)
-    lines = [header]
-
-    def rows(label: str, prompts: int, passes: dict[str, float], guess: dict[str, float]) -> None:
-        lines.append(
-            f"  {label:<{width}}{prompts:>8}" + "".join(f"{100 * passes[k]:>9.1f}%" for k in ks)
-        )
-        if guess:
-            lines.append(
-                f"  {'  guess':<{width}}{'':>8}" + "".join(f"{100 * guess[k]:>9.1f}%" for k in ks)
-            )
-
-    rows("all", table["num_prompts"], table["pass_at_k"], table["guess_pass_at_k"])
-    for level, entry in table["by_level"].items():
-        rows(labels[level], entry["num_prompts"], entry["pass_at_k"], entry["guess_pass_at_k"])
-    lines.append(f"  coverage (a correct sample among {ks[-1]}): {100 * table['coverage']:.1f}%")
-    if table.get("greedy_accuracy") is not None:
-        lines.append(f"  greedy accuracy: {100 * table['greedy_accuracy']:.1f}%")
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

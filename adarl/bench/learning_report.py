@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,10 @@ from adarl.bench.coverage_report import (
 from adarl.bench.docs_section import paragraph, write_section
 from adarl.bench.learning_records import (
     AXES,
-    AXIS_LABELS,
     CURATED_ARM,
     CURATION_ANCHORS,
-    GRID_POINTS,
     PASS_RATE_BINS,
+    EvalPoint,
     ReportData,
     RunRecord,
     grpo_best,
@@ -47,10 +46,19 @@ from adarl.bench.learning_records import (
     mean_and_spread,
     reach_to_reference,
     runs_by_arm,
-    seed_band,
+    samples_per_prompt_by_bin,
     verdict,
 )
 from adarl.bench.paired_report import paired_section
+from adarl.report.figures import (
+    TIME_PARTS,
+    WORKLOADS,
+    arm_colors,
+    plot_curves,
+    plot_signal,
+    plot_time,
+    pyplot,
+)
 
 SECTION_TITLE = "## Learning"
 CURATION_RATIO = 0.5  # target: GRPO-best's final accuracy with at most this share of its x
@@ -200,7 +208,6 @@ def diagnose(runs: Sequence[RunRecord]) -> Diagnosis:
     rollouts = sum(sum(r.rollouts_by_bin.values()) for r in runs)
     prompts = sum(sum(r.prompts_by_bin.values()) for r in runs)
     by_bin = {b: sum(r.rollouts_by_bin[b] for r in runs) for b in PASS_RATE_BINS}
-    prompts_by_bin = {b: sum(r.prompts_by_bin[b] for r in runs) for b in PASS_RATE_BINS}
     mixed = sum(r.mixed_groups for r in runs)
     groups = sum(r.groups_trained for r in runs)
     gain = mean_and_spread(r.final_accuracy - r.base_accuracy for r in runs)[0]
@@ -211,9 +218,7 @@ def diagnose(runs: Sequence[RunRecord]) -> Diagnosis:
         rollouts=total_rollouts / len(runs),
         samples_per_prompt=rollouts / prompts if prompts else math.nan,
         rollout_share_by_bin={b: by_bin[b] / rollouts if rollouts else 0.0 for b in by_bin},
-        samples_per_prompt_by_bin={
-            b: by_bin[b] / prompts_by_bin[b] if prompts_by_bin[b] else None for b in by_bin
-        },
+        samples_per_prompt_by_bin=samples_per_prompt_by_bin(runs),
         no_signal_share=(by_bin["0"] + by_bin["1"]) / rollouts if rollouts else 0.0,
         discarded_share=(
             None
@@ -317,42 +322,6 @@ def losses_explained(records: Sequence[RunRecord], best: str) -> str:
 
 def _ratio(a: float, b: float) -> float:
     return a / b if b > 0 and not math.isnan(a) else math.nan
-
-
-# The step's work that is not orchestration: generation (waiting for engines), reward, and the
-# engine or learner passes an algorithm asks for (statistics, pool rescoring, hint writing), the
-# learner's update and the weight sync. Orchestration overhead is the rest of the step.
-WORKLOADS = (
-    "rollout_wait",
-    "reward",
-    "train",
-    "weight_sync",
-    "statistics",
-    "pool_reward",
-    "hint",
-    "hint_ahead",
-)
-
-# Step-time breakdown: (label, how it is computed from the summed timing/<name>_s).
-TIME_PARTS: tuple[tuple[str, Callable[[Mapping[str, float]], float]], ...] = (
-    ("generation (waiting for engines)", lambda t: t.get("rollout_wait", 0.0)),
-    ("reward", lambda t: t.get("reward", 0.0)),
-    ("allocator + group building", lambda t: t.get("allocator", 0.0)),
-    ("dispatch", lambda t: t.get("dispatch", 0.0)),
-    ("train batch", lambda t: t.get("batch", 0.0)),
-    ("learner", lambda t: t.get("train", 0.0)),
-    ("weight sync", lambda t: t.get("weight_sync", 0.0)),
-    ("statistics pass (GVM)", lambda t: t.get("statistics", 0.0)),
-    ("pool reward (DRO's scoring)", lambda t: t.get("pool_reward", 0.0)),
-    ("hint generation", lambda t: t.get("hint", 0.0) + t.get("hint_ahead", 0.0)),
-    (
-        "other (data, loop)",
-        lambda t: (
-            t.get("step", 0.0)
-            - sum(t.get(k, 0.0) for k in ("allocator", "dispatch", "batch", *WORKLOADS))
-        ),
-    ),
-)
 
 
 def overhead_share(timing_s: Mapping[str, float]) -> float:
@@ -496,90 +465,37 @@ FIGURES = {
 }
 
 
-def _colors(arms: Sequence[str]) -> dict[str, Any]:
-    import matplotlib.pyplot as plt
-
-    cmap = plt.get_cmap("tab10")
-    return {arm: cmap(i % 10) for i, arm in enumerate(arms)}
-
-
 def plot_figures(records: Sequence[RunRecord], figures_dir: Path) -> dict[str, Path]:
-    """Write the four PNGs; returns their paths by name."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Write the four PNGs; returns their paths by name. The curves, the signal and the time
+    figures are the core's (adarl/report/figures.py, as `python -m adarl.report` draws them)."""
     figures_dir.mkdir(parents=True, exist_ok=True)
     by_arm = runs_by_arm(records)
     order = _arm_order(by_arm)
-    colors = _colors(order)
+    arms = {arm: by_arm[arm] for arm in order}
     paths = {name: figures_dir / file for name, file in FIGURES.items()}
+    plot_curves(
+        arms,
+        paths["curves"],
+        panels=[("held-out accuracy, T = 1 (%)", _accuracy, axis) for axis in AXES],
+        title="Held-out accuracy: mean ± 1 sd over seeds",
+    )
+    plot_signal(arms, paths["signal"])
+    _plot_difficulty(records, arms, paths["difficulty"])
+    plot_time(arms, paths["time"])
+    return paths
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharey=True)
-    for ax, axis in zip(axes.flat, AXES, strict=True):
-        for arm in order:
-            band = seed_band(
-                [
-                    ([e.x(axis) for e in r.evals], [e.accuracy for e in r.evals])
-                    for r in by_arm[arm]
-                ],
-                GRID_POINTS,
-            )
-            ax.plot(band.grid, 100 * band.mean, color=colors[arm], label=arm)
-            ax.fill_between(
-                band.grid,
-                100 * (band.mean - band.spread),
-                100 * (band.mean + band.spread),
-                color=colors[arm],
-                alpha=0.2,
-                linewidth=0,
-            )
-        ax.set_xlabel(AXIS_LABELS[axis])
-        ax.grid(alpha=0.3)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("held-out accuracy, T = 1 (%)")
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle("Held-out accuracy: mean ± 1 sd over seeds")
-    fig.tight_layout()
-    fig.savefig(paths["curves"], dpi=90)
-    plt.close(fig)
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for arm in order:
-        runs = by_arm[arm]
-        length = min(len(r.mixed_fraction) for r in runs)
-        mean = np.mean([r.mixed_fraction[:length] for r in runs], axis=0)
-        window = max(1, min(9, length // 10))
-        smooth = np.convolve(mean, np.ones(window) / window, mode="valid")
-        left.plot(
-            np.arange(len(smooth)) + 1 + (window - 1) / 2, smooth, color=colors[arm], label=arm
-        )
-    left.set_xlabel("training step")
-    left.set_ylabel("mixed-outcome groups / trained groups")
-    left.set_title("Effective group ratio (seed mean, moving average)")
-    left.set_ylim(0.0, 1.0)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=8)
-    width = 0.8 / len(order)
-    for i, arm in enumerate(order):
-        d = diagnose(by_arm[arm])
-        heights = [d.samples_per_prompt_by_bin[b] or 0.0 for b in PASS_RATE_BINS]
-        right.bar(
-            np.arange(len(PASS_RATE_BINS)) + (i - (len(order) - 1) / 2) * width,
-            heights,
-            width=width,
-            color=colors[arm],
-            label=arm,
-        )
-    right.set_xticks(range(len(PASS_RATE_BINS)), [f"p̃ {b}" for b in PASS_RATE_BINS])
-    right.set_ylabel("samples drawn per prompt")
-    right.set_title("Samples per prompt by pool pass rate p̃")
-    right.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(paths["signal"], dpi=90)
-    plt.close(fig)
+def _accuracy(point: EvalPoint) -> float:
+    return point.accuracy
 
+
+def _plot_difficulty(
+    records: Sequence[RunRecord], by_arm: Mapping[str, Sequence[RunRecord]], path: Path
+) -> None:
+    """Final accuracy by difficulty level per arm (mean ± 1 sd over seeds), the base in grey."""
+    plt = pyplot()
+    order = list(by_arm)
+    colors = arm_colors(order)
     levels = sorted({lv for r in records for lv in r.evals[-1].by_difficulty}, key=_natural_key)
     fig, ax = plt.subplots(figsize=(10, 4.5))
     if levels:
@@ -614,28 +530,8 @@ def plot_figures(records: Sequence[RunRecord], figures_dir: Path) -> dict[str, P
     ax.set_title("Accuracy by difficulty level (mean ± 1 sd over seeds)")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(paths["difficulty"], dpi=90)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(12, 4.5))
-    bottoms = np.zeros(len(order))
-    part_colors = plt.get_cmap("tab20")  # one colour per part (there are more than 8)
-    for j, (label, part) in enumerate(TIME_PARTS):
-        heights = []
-        for arm in order:
-            runs = by_arm[arm]
-            timing = {k: sum(r.timing_s.get(k, 0.0) for r in runs) for k in runs[0].timing_s}
-            heights.append(part(timing) / max(1, sum(r.steps for r in runs)))
-        ax.bar(order, heights, bottom=bottoms, label=label, color=part_colors(j % 20))
-        bottoms += np.asarray(heights)
-    ax.set_ylabel("seconds per training step")
-    ax.set_title("Where a step's time goes (driver's view; eval and checkpoints excluded)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
-    ax.tick_params(axis="x", labelrotation=20)
-    fig.tight_layout()
-    fig.savefig(paths["time"], dpi=90)
-    plt.close(fig)
-    return paths
 
 
 # -- the docs section ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from adarl.evaluation.passk import (
     pass_at_k,
     pass_at_k_ks,
 )
+from adarl.evaluation.table import format_table
 
 __all__ = [
     "EvalKind",
@@ -31,6 +32,7 @@ __all__ = [
     "build_evaluator",
     "difficulty_label",
     "eval_reward_metrics",
+    "format_table",
     "guess_hit_rates",
     "guess_pass_at_k",
     "level_names",

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from adarl.config import AdarlConfig
 from adarl.config.tasks import TaskConfig
-from adarl.evaluate import format_table
-from adarl.evaluation import build_evaluator, level_names
+from adarl.evaluation import build_evaluator, format_table, level_names
 from adarl.models.tokenizer import build_char_tokenizer
 from adarl.reward.exact import ExactMatchVerifier
 from adarl.rollout.codec import PromptCodec
@@ -53,6 +52,11 @@ def test_the_table_prints_level_names_and_keeps_unnamed_labels() -> None:
     plain = format_table(_table()).splitlines()
     assert plain[0] == "  level    prompts    pass@1    pass@2"
     assert plain[3] == "  4              2     25.0%     50.0%"
+    # One level only (a file without a difficulty column): its row would repeat "all".
+    single = {**_table(), "by_level": {"none": {"num_prompts": 3, **_table()}}}
+    lines = format_table(single).splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["all", "guess"]
+    assert lines[3].startswith("  coverage")
 
 
 def test_the_builder_carries_the_eval_settings_and_the_runs_data(tmp_path: Path) -> None:
@@ -77,7 +81,9 @@ def test_the_builder_carries_the_eval_settings_and_the_runs_data(tmp_path: Path)
     rows.write_text(
         "".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1)}) + "\n" for i in range(4))
     )
-    config.task = TaskConfig(source="jsonl", path=str(rows), verifier="exact_match")
+    config.task = TaskConfig(
+        source="jsonl", path=str(rows), verifier="exact_match", test_fraction=0.0
+    )
     assert (
         build_evaluator(
             config, codec=codec, verifier=verifier, check_prompt=None, train_examples=train

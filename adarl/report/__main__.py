@@ -1,0 +1,7 @@
+"""`python -m adarl.report`: see adarl/report/command.py."""
+
+import sys
+
+from adarl.report.command import main
+
+sys.exit(main())
