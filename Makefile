@@ -9,8 +9,10 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
-export WANDB_MODE ?= offline
 export RAY_AUTH_MODE ?= disabled
+# W&B: `make run` logs online when a key and network exist, offline otherwise (logger.mode=auto);
+# the tests never go online.
+test test-unit: export WANDB_MODE ?= offline
 
 .PHONY: setup run test test-unit test-fast lint bench clean-venv gpu-wheels gpu-check gpu-preflight
 
@@ -45,8 +47,10 @@ $(STAMP):
 	$(BIN)/python -c "import torch, vllm, ray, deepspeed, transformers, hydra, wandb, datasets, math_verify; print('adarl env ok: torch', torch.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 
+# The default experiment (DEFAULT_EXPERIMENT in adarl/config/__init__.py): the launcher runs it
+# when the command names none, so `make run ARGS="+experiment=NAME"` runs another.
 run: $(STAMP)
-	$(WRITE_BYTECODE) $(BIN)/python -m adarl.launch +experiment=grpo_anchored $(ARGS)
+	$(WRITE_BYTECODE) $(BIN)/python -m adarl.launch $(ARGS)
 
 # Two workers, one file each at a time (a file's module fixtures, e.g. its Ray cluster, stay in
 # one process), in the collection order tests/conftest.py sets (long files first; xdist would

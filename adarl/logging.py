@@ -55,6 +55,8 @@ _DEFAULT_WANDB_URL = "https://api.wandb.ai"
 _ENV_WANDB_MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 
 MetricValue = float | int | bool | list[float] | None
+# Shorter names on the console for metrics whose name is not what a reader looks for.
+CONSOLE_LABELS = {"eval/accuracy": "eval/pass@1", "eval/greedy_accuracy": "eval/greedy"}
 
 
 def resolve_wandb_mode(mode: str, *, network_check_timeout_s: float = 2.0) -> tuple[str, str]:
@@ -278,6 +280,14 @@ class MetricsLogger:
         if step % self._log_every_steps == 0:
             self._say(self._console_line(step, values))
 
+    def expect_steps(self, total: int) -> None:
+        """The step the run is now expected to stop at (a rollout or token budget ends it before
+        `trainer.total_steps`): the bar's total and the console lines' `step k/total`."""
+        if total != self._bar.total:
+            self._bar.total = total
+            if not self._bar.disable:
+                self._bar.refresh()
+
     def log_completions(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
         """Record sampled completions of an eval: completions.jsonl + the W&B table
         `eval/completions` at `step`. Columns are the union of the rows' keys in first-seen order.
@@ -436,13 +446,17 @@ class MetricsLogger:
         return out
 
     def _console_line(self, step: int, values: Mapping[str, MetricValue]) -> str:
+        """`step k/total | name value | ...`: the progress keys this step has (an evaluation's
+        among them on the steps that evaluate), or every number when none are configured."""
         total = f"/{self._bar.total}" if self._bar.total else ""
-        keys = [k for k in self._progress_keys if k in values] if self._progress_keys else []
-        if not keys:
-            keys = [k for k, v in values.items() if not isinstance(v, list)]
-        keys += [k for k in values if k.startswith("eval/") and k not in keys]
+        if self._progress_keys:
+            keys = [k for k in self._progress_keys if k in values]
+        else:
+            keys = list(values)
         shown = " | ".join(
-            f"{k} {_fmt(values[k])}" for k in keys if not isinstance(values[k], list)
+            f"{CONSOLE_LABELS.get(k, k)} {_fmt(values[k])}"
+            for k in keys
+            if not isinstance(values[k], list)
         )
         return f"step {step}{total}" + (f" | {shown}" if shown else "")
 

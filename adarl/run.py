@@ -5,11 +5,12 @@ that turns configuration into objects and decides where they run (in this proces
 actors through `adarl.cluster`). The loop itself is `adarl.driver.step_loop.Driver`; everything
 algorithm-specific was decided by the builders the session calls.
 
-Run directory, at the end: `config.yaml`, `metrics.jsonl`, `completions.jsonl`, `wandb/`,
-`checkpoints/`, `model/` (the final policy as a Hugging Face model: adarl/export.py), `logs/` (each
-actor's library output, `logger.library_logs=file`), `summary.json`; later, on demand,
-`exports/step_NNNNNN/` (`python -m adarl.export`) and `*.evaluation.json`
-(`python -m adarl.evaluate`).
+Run directory, at the end: `config.yaml`, `console.log` (what the console showed, written by the
+launcher: adarl/console.py), `metrics.jsonl`, `completions.jsonl`, `wandb/`, `checkpoints/`,
+`model/` (the final policy as a Hugging Face model: adarl/export.py), `logs/` (each actor's
+library output, `logger.library_logs=file`), `summary.json`; later, on demand,
+`exports/step_NNNNNN/` (`python -m adarl.export`), `*.evaluation.json` (`python -m
+adarl.evaluate`) and `report/` (tables and plots: `python -m adarl.report`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from adarl.config import AdarlConfig
@@ -37,18 +39,26 @@ def run(config: AdarlConfig, *, run_dir: Path) -> RunSummary:
     with TrainingSession(config, run_dir=run_dir) as session:
         summary = session.train()
     (run_dir / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-    print(_format_summary(summary, run_dir))
+    from adarl.evaluation import level_names
+
+    print(_format_summary(summary, run_dir, level_names(config.task)))
     return summary
 
 
-def _format_summary(summary: RunSummary, run_dir: Path) -> str:
+def _format_summary(
+    summary: RunSummary, run_dir: Path, level_names: Mapping[str, str] | None = None
+) -> str:
+    """The run's last lines: what it did, base -> final, the final evaluation's table by level,
+    where its outputs are, and why it stopped early if it did."""
+
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
     stages = ", ".join(f"{k} {v:.0f}s" for k, v in summary.time_per_stage_s.items())
     if summary.base_accuracy is None:
         accuracy = (
-            "  held-out accuracy: n/a (no held-out set: set task.test_path or test_fraction)\n"
+            "  held-out accuracy: n/a (no held-out set: set task.test_path, or task.test_fraction "
+            "above 0)\n"
         )
     else:
         accuracy = (
@@ -58,6 +68,14 @@ def _format_summary(summary: RunSummary, run_dir: Path) -> str:
             f"{pct(summary.final_greedy_accuracy)}\n"
         )
     accuracy += _format_pass_at_k(summary)
+    if summary.final_evaluation:
+        from adarl.evaluation import format_table
+
+        accuracy += (
+            "  final evaluation, by level (T=1, guesser below each row):\n"
+            + format_table(summary.final_evaluation, level_names)
+            + "\n"
+        )
     return (
         f"\nadarl run '{summary.name}' finished: {summary.steps} steps in "
         f"{summary.wall_time_s:.0f}s ({stages})\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -37,8 +38,10 @@ from adarl.cluster import (
     spawn_actor,
 )
 from adarl.config import AdarlConfig
+from adarl.config.tasks import FILE_SOURCES
 from adarl.driver.rollout_phase import PhaseParts
 from adarl.driver.step_loop import Driver, StepOutcome
+from adarl.errors import InputError
 from adarl.evaluation import EvalKind, EvalResult, build_evaluator
 from adarl.evaluation.records import append_evaluation
 from adarl.export import MODEL_DIR, export_source, write_model
@@ -60,6 +63,29 @@ from adarl.tasks.build import build_prompt_source
 from adarl.weight_sync.build import build_weight_sync
 
 log = logging.getLogger("adarl")
+
+
+def expected_last_step(
+    *,
+    step: int,
+    total_steps: int,
+    used: tuple[float, float],
+    budgets: tuple[int | None, int | None],
+    per_step: tuple[float | None, float | None],
+) -> int:
+    """The step a run is expected to stop at, seen from after `step`: `total_steps`, or the first
+    step at which a budget runs out when each step spends what it has spent on average. `used`,
+    `budgets` and `per_step` hold (training rollouts, prompt + response tokens): what has been
+    spent, `trainer.max_rollouts` / `max_sequence_tokens` (None: no budget), and the spend per
+    step (None or 0: not known yet). The run stops after the step whose total reaches a budget,
+    so from `step` on that is step + ⌈(budget − used) / per_step⌉ (180,000 rollouts at 256 a
+    step from step 0: step 704)."""
+    last = total_steps
+    for spent, budget, rate in zip(used, budgets, per_step, strict=True):
+        if budget is None or not rate or rate <= 0:
+            continue
+        last = min(last, step + max(1, math.ceil((budget - spent) / rate)))
+    return max(last, step)
 
 
 class TrainingSession:
@@ -112,37 +138,8 @@ class TrainingSession:
         config = self.config
         cluster = config.cluster
         self.started = time.perf_counter()
-        # Data first: a task that cannot fill a step fails before any actor or model starts.
-        # The run's own verifier vets the task's answers at load time (an answer it cannot read is
-        # a bad row, never a silent p = 0 prompt), and the codec each prompt as the model will see
-        # it (its length in the context, the answer instruction). Built-ins' tokenizers need no
-        # model build; the tiny model's comes from the task's training split, and a task whose
-        # prompts or answers do not fit its lengths is refused here.
-        verifier = build_verifier(config.task.verifier_name, config.reward)
-        self.codec = build_prompt_codec(config.task, config.rollout, policy_tokenizer(config))
-        positions = model_max_positions(config.model)
-        max_model_len = config.rollout.max_model_len
-        if max_model_len and positions is not None and max_model_len > positions:
-            # vLLM refuses it too, but only inside the engine's actor after the learners loaded.
-            raise ValueError(
-                f"rollout.max_model_len={max_model_len} is longer than the model's "
-                f"{positions} positions (max_position_embeddings of {config.model.name_or_path}): "
-                f"set rollout.max_model_len to at most {positions} (or null for the model's), "
-                "with rollout.max_new_tokens and eval.max_new_tokens within it"
-            )
-        check_prompt = build_prompt_check(
-            config.task, config.rollout, self.codec, model_max_positions=positions
-        )
-        self.prompts = build_prompt_source(
-            config.task, verifier=verifier, check_prompt=check_prompt
-        )
-        num_prompts = len(self.prompts.examples)
-        if num_prompts < config.allocator.prompts_per_step:
-            raise ValueError(
-                f"the task has {num_prompts} training prompts but allocator.prompts_per_step="
-                f"{config.allocator.prompts_per_step}: a step would hold a prompt twice; lower "
-                f"allocator.prompts_per_step to at most {num_prompts} or add prompts"
-            )
+        self._check_inputs()
+        verifier, check_prompt = self.verifier, self.check_prompt
         faults = config.faults
         if not cluster.in_process:
             if config.logger.library_logs == "file":
@@ -181,7 +178,7 @@ class TrainingSession:
         model_path = resolve_model_config(config.model, task=config.task)
         self.model_path = model_path
 
-        # No held-out set (a file task without test_path/test_fraction): no evaluation at all,
+        # No held-out set (a file task with test_fraction=0 and no test_path): no evaluation,
         # reported as "n/a", never as an accuracy of 0.
         self.evaluator = build_evaluator(
             config,
@@ -192,8 +189,16 @@ class TrainingSession:
         )
         if self.evaluator is None:
             log.warning(
-                "no held-out set (task.test_path and task.test_fraction unset): held-out accuracy "
+                "no held-out set (task.test_fraction=0 and no task.test_path): held-out accuracy "
                 "is not measured in this run"
+            )
+        elif config.task.source in FILE_SOURCES and not config.task.test_path:
+            log.info(
+                "held-out evaluation on %d prompts held out of %s (task.test_fraction=%g of its "
+                "rows, none trained on; task.test_path=FILE evaluates on a file of its own)",
+                len(self.evaluator.examples),
+                config.task.path,
+                config.task.held_out_fraction,
             )
         self.rewards = build_reward_pool(config.reward, [config.task.verifier_name])
         self._closers.append(self.rewards.close)
@@ -319,6 +324,10 @@ class TrainingSession:
         self.previous_wall_s = 0.0
         if self.resume_path is not None:
             self._restore(self.resume_path)
+        # What the driver had spent when this process took over: the rates of this process's
+        # steps predict where the run stops (the progress bar's total).
+        self._rollouts_at_start = self.driver.rollouts_generated
+        self._sequence_tokens_at_start = self.driver.sequence_tokens_generated
         self.logger = build_metrics_logger(
             config.logger,
             run_dir=self.run_dir,
@@ -327,10 +336,56 @@ class TrainingSession:
                 "objective": self.objective.to_json(),
             },
             resume_from_step=self.start_step if self.resume_path is not None else None,
-            total_steps=config.trainer.total_steps,
+            total_steps=self._expected_last_step(self.start_step),
         )
         self._closers.append(self.logger.close)
         self.build_s = time.perf_counter() - self.started
+
+    def _check_inputs(self) -> None:
+        """The run's inputs, read and checked before any actor or model starts: the verifier,
+        the policy's tokenizer, the data. What the user gave that cannot work (a missing model,
+        tokenizer or data path, a bad row, a task longer than the context) is an `InputError`
+        naming the key and the fix (adarl/errors.py)."""
+        config = self.config
+        try:
+            # Data first: a task that cannot fill a step fails before any actor or model starts.
+            # The run's own verifier vets the task's answers at load time (an answer it cannot
+            # read is a bad row, never a silent p = 0 prompt), and the codec each prompt as the
+            # model will see it (its length in the context, the answer instruction). Built-ins'
+            # tokenizers need no model build; the tiny model's comes from the task's training
+            # split, and a task whose prompts or answers do not fit its lengths is refused here.
+            verifier = build_verifier(config.task.verifier_name, config.reward)
+            self.codec = build_prompt_codec(config.task, config.rollout, policy_tokenizer(config))
+            positions = model_max_positions(config.model)
+            max_model_len = config.rollout.max_model_len
+            if max_model_len and positions is not None and max_model_len > positions:
+                # vLLM refuses it too, but only in the engine's actor after the learners loaded.
+                raise ValueError(
+                    f"rollout.max_model_len={max_model_len} is longer than the model's "
+                    f"{positions} positions (max_position_embeddings of "
+                    f"{config.model.name_or_path}): set rollout.max_model_len to at most "
+                    f"{positions} (or null for the model's), with rollout.max_new_tokens and "
+                    "eval.max_new_tokens within it"
+                )
+            check_prompt = build_prompt_check(
+                config.task, config.rollout, self.codec, model_max_positions=positions
+            )
+            self.prompts = build_prompt_source(
+                config.task, verifier=verifier, check_prompt=check_prompt
+            )
+            num_prompts = len(self.prompts.examples)
+            if num_prompts < config.allocator.prompts_per_step:
+                raise ValueError(
+                    f"the task has {num_prompts} training prompts but allocator.prompts_per_step="
+                    f"{config.allocator.prompts_per_step}: a step would hold a prompt twice; lower "
+                    f"allocator.prompts_per_step to at most {num_prompts} or add prompts"
+                )
+        except InputError:
+            raise
+        except (ValueError, OSError) as error:  # a row, a path, a length: the user's input
+            raise InputError(_one_line(error)) from error
+        self.verifier = verifier
+        self.check_prompt = check_prompt
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -368,6 +423,7 @@ class TrainingSession:
                 if evaluated is not None:
                     last_eval = evaluated
                     metrics = merge_metrics({"step": metrics, "evaluation": evaluated.metrics()})
+            self.logger.expect_steps(step if final else self._expected_last_step(step))
             self.logger.log(step, metrics)
             self._warn_if_no_signal(outcome)
             every = config.checkpoint.every_steps
@@ -449,6 +505,31 @@ class TrainingSession:
     def wall_s(self) -> float:
         """This run's wall time so far, across resumes."""
         return self.previous_wall_s + time.perf_counter() - self.started
+
+    def _expected_last_step(self, step: int) -> int:
+        """Where the run is expected to stop, seen from after `step` (`expected_last_step`):
+        before step 1 from the allocator's planned rollouts per step (its budget, or prompts ×
+        planned samples), then from what this process's steps have spent on average."""
+        trainer, driver = self.config.trainer, self.driver
+        done = step - self.start_step
+        if done > 0:
+            rollouts = (driver.rollouts_generated - self._rollouts_at_start) / done
+            tokens: float | None = (
+                driver.sequence_tokens_generated - self._sequence_tokens_at_start
+            ) / done
+        else:
+            plan = self.config.allocator.plan()
+            rollouts = plan.rollout_budget or (
+                self.config.allocator.prompts_per_step * plan.planned_samples_per_prompt
+            )
+            tokens = None
+        return expected_last_step(
+            step=step,
+            total_steps=trainer.total_steps,
+            used=(driver.rollouts_generated, driver.sequence_tokens_generated),
+            budgets=(trainer.max_rollouts, trainer.max_sequence_tokens),
+            per_step=(rollouts, tokens),
+        )
 
     def _next_checkpoint(self, step: int) -> int:
         """The first step ≥ `step` that saves a checkpoint (the last step at the latest):
@@ -593,6 +674,12 @@ class TrainingSession:
                 closer()
             except Exception:  # teardown must reach every component; the first error is logged
                 log.exception("error while shutting down %s", closer)
+
+
+def _one_line(error: BaseException) -> str:
+    """An input error's message on one line (a multi-line message's lines joined by "; ")."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return "; ".join(lines) or type(error).__name__
 
 
 def _warm_start_record(model_dir: str) -> dict[str, Any] | None:

@@ -31,10 +31,11 @@ from adarl.bench.learning_records import (
     runs_by_arm,
     seed_band,
 )
+from adarl.config import DEFAULT_EXPERIMENT
 from adarl.evaluation.evaluator import level_key
 
-# The arm whose experiment `make run` runs (tests/unit/bench/test_coverage_report.py ties them).
-DEFAULT_ARM = "grpo_anchored"
+# The arm whose experiment `make run` runs, drawn bold in the figures.
+DEFAULT_ARM = DEFAULT_EXPERIMENT
 FIGURES = {"coverage": "coverage_pass_at_k.png", "coverage_training": "coverage_training.png"}
 
 

@@ -4,8 +4,9 @@ Every arm (an experiment plus overrides, `ARMS`) trains from the same base model
 budget of training rollouts (`trainer.max_rollouts`) on each of several root seeds; a seed changes
 prompt order, sampling and learner randomness, not the base model or the held-out prompts. Each
 run is a subprocess of the real launch command (`python -m adarl.launch +experiment=...`: Ray,
-vLLM, DeepSpeed), one at a time, in `RESULTS/<arm>/seed<k>`; its console output goes to
-`console.log` there (Hydra's own `launch.log` holds the log records). A tqdm bar counts the
+vLLM, DeepSpeed), one at a time, in `RESULTS/<arm>/seed<k>`; its output goes to
+`bench_console.log` there (the launcher's own transcript is `console.log`, Hydra's log records
+`launch.log`). A tqdm bar counts the
 comparison's rollouts, read from the runs' `metrics.jsonl` as they grow.
 
 Resumable: a run with `summary.json` is done and skipped; a run with a checkpoint continues from
@@ -44,7 +45,7 @@ DOCS_PATH = Path("docs") / "benchmarks.md"
 DATA_PATH = Path("docs") / "data" / "learning.json"
 FIGURES_DIR = Path("docs") / "figures"
 RUN_RECORD_FILE = "bench_run.json"
-CONSOLE_LOG = "console.log"  # the launch command's stdout and stderr
+CONSOLE_LOG = "bench_console.log"  # the launch command's stdout and stderr, from its start
 
 # -- what is compared ---------------------------------------------------------------------------
 

@@ -42,9 +42,15 @@ from adarl.config.reward import RewardConfig
 from adarl.config.rollout import RolloutConfig
 from adarl.config.run import ClusterConfig, EvalConfig, TrainerConfig
 from adarl.config.seeds import DERIVED_SEEDS, component_seed
-from adarl.config.tasks import TaskConfig
+from adarl.config.tasks import FILE_SOURCES, TaskConfig
+
+# The experiment a bare `python -m adarl.launch` runs, and so `make run` (its command names none):
+# the one place that names adarl's default. The docs that describe the default are checked
+# against it (tests/unit/config/test_default_experiment.py).
+DEFAULT_EXPERIMENT = "grpo_anchored"
 
 __all__ = [
+    "DEFAULT_EXPERIMENT",
     "AdarlConfig",
     "AllocatorConfig",
     "CheckpointConfig",
@@ -88,6 +94,16 @@ class AdarlConfig:
 
     def __post_init__(self) -> None:
         self.resolve_seeds()
+        self.resolve_verifier()
+
+    def resolve_verifier(self) -> None:
+        """A file task with `task.verifier` unset is scored the way its policy answers: the
+        built-in tiny policy writes the answer alone (`exact_match`; its worked solution with
+        `model.tiny.sft_response=worked`, scored after `reward.exact_match.answer_marker`), a
+        real model its reasoning and a `\\boxed{}` answer (`math`)."""
+        task = self.task
+        if task.source in FILE_SOURCES and task.verifier is None:
+            task.verifier = "exact_match" if self.model.name_or_path == TINY_ARITHMETIC else "math"
 
     def resolve_seeds(self) -> None:
         """Fill every unset component seed with one derived from the root `seed`."""

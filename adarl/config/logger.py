@@ -16,8 +16,12 @@ Fields:
         `metrics.jsonl` and W&B always receive every step.
     progress_bar: show a tqdm progress bar; None = only when the console is a terminal (a bar
         in a Ray job log or CI log is one unreadable line per refresh).
-    progress_keys: metric names shown on the progress bar and in the console line
-        (e.g. "train/loss", "eval/accuracy"); empty = the console line shows every metric.
+    progress_keys: metric names shown on the progress bar and in the console line of each
+        step, those the step has (an evaluation's on the steps that evaluate; the default:
+        pass@1 `eval/accuracy`, `eval/pass@8` and `eval/greedy_accuracy`, shown as eval/pass@1,
+        eval/pass@8 and eval/greedy); empty = the console line shows every metric. The whole
+        evaluation (pass@k by level) is in metrics.jsonl, and the final one's table ends the
+        run's summary.
     network_check_timeout_s: how long auto mode waits for the W&B server before going offline.
     library_logs: where the Ray actors' library output goes (vLLM, torch, DeepSpeed, NUMA:
         warnings, deprecation notices, progress bars, C++ messages; everything an actor process

@@ -7,15 +7,21 @@
         "jsonl", "parquet", "datasets" (a directory written by `Dataset.save_to_disk`, read with
         `datasets.load_from_disk`; never the hub) or "auto" (inferred from `path`: `.jsonl`,
         `.parquet`, or a `save_to_disk` directory).
-    verifier: name of the verifier that scores this task's responses ("arithmetic", "math",
-        "code", ...; see adarl/reward); stamped on every example as `TaskExample.task`. Required
-        for file sources; the arithmetic source always uses "arithmetic".
+    verifier: name of the verifier that scores this task's responses ("exact_match", "math",
+        "code", ...; see adarl/reward); stamped on every example as `TaskExample.task`. File
+        sources: None (the default) follows the policy: "exact_match" for the built-in tiny
+        policy, which writes the answer alone, "math" (the last `\\boxed{}` of a response) for
+        any other model (`AdarlConfig.resolve_verifier`); a verifier that cannot score what the
+        built-in policy is taught to write is refused at start (adarl/models/fit.py). The
+        arithmetic source always uses "arithmetic", reasoning-gym its own.
     path: the training prompts (file sources).
     test_path: held-out prompts for evaluation (file sources; optional).
     test_fraction: with no `test_path`, hold out this fraction of `path`'s prompts for evaluation
-        (file sources; 0 = no held-out set, and the run reports none). The held-out prompts are
-        the round(fraction × prompts) ones with the smallest hash of (`split_seed`, prompt text):
-        disjoint from training, the same in every run, identical prompts on the same side.
+        (file sources). None (the default): `DEFAULT_TEST_FRACTION` (0.1) of `path` without a
+        `test_path`, none with one; 0 = no held-out set, and the run reports none. The held-out
+        prompts are the round(fraction × prompts) ones with the smallest hash of (`split_seed`,
+        prompt text): disjoint from training, the same in every run, identical prompts on the
+        same side.
     split_seed: seed of that hash. Not derived from the root `seed` (like the data seeds of the
         arithmetic task), so runs of several seeds train and evaluate on the same split.
     split: the split to read when a `datasets` directory holds a `DatasetDict`.
@@ -89,6 +95,8 @@ from typing import Any
 
 SOURCES = ("arithmetic", "reasoning_gym", "jsonl", "parquet", "datasets", "auto")
 FILE_SOURCES = ("jsonl", "parquet", "datasets", "auto")
+# The share of a file task's prompts held out for evaluation when it names no test file.
+DEFAULT_TEST_FRACTION = 0.1
 ON_BAD_ROW = ("error", "skip")
 
 
@@ -184,7 +192,7 @@ class TaskConfig:
     verifier: str | None = None
     path: str | None = None
     test_path: str | None = None
-    test_fraction: float = 0.0
+    test_fraction: float | None = None
     split_seed: int = 0
     split: str | None = None
     fields: FieldsConfig = field(default_factory=FieldsConfig)
@@ -211,18 +219,19 @@ class TaskConfig:
             raise ValueError(f"task.on_bad_row={self.on_bad_row!r} must be one of {ON_BAD_ROW}")
         if self.max_prompt_chars < 1:
             raise ValueError(f"task.max_prompt_chars={self.max_prompt_chars} must be >= 1")
-        if not 0.0 <= self.test_fraction < 1.0:
+        given = self.test_fraction or 0.0  # what the user set: None holds out the default
+        if not 0.0 <= given < 1.0:
             raise ValueError(
                 f"task.test_fraction={self.test_fraction} must be in [0, 1) (e.g. 0.1 holds out "
                 "a tenth of task.path for evaluation; 0 = no held-out set)"
             )
-        if self.source == "arithmetic" and self.test_fraction > 0:
+        if self.source == "arithmetic" and given > 0:
             raise ValueError(
                 f"task.test_fraction={self.test_fraction} applies to file sources; the arithmetic "
                 "task holds out task.arithmetic.test_fraction of its prompts: set that instead"
             )
         if self.source == "reasoning_gym":
-            if self.test_fraction > 0 or self.test_path or self.path:
+            if given > 0 or self.test_path or self.path:
                 raise ValueError(
                     "task.source=reasoning_gym generates its prompts: unset task.path, "
                     "task.test_path and task.test_fraction (task.reasoning_gym.num_test_prompts "
@@ -236,10 +245,10 @@ class TaskConfig:
                 )
             self.reasoning_gym.validate()
             return
-        if self.test_path and self.test_fraction > 0:
+        if self.test_path and given > 0:
             raise ValueError(
                 f"task.test_path and task.test_fraction={self.test_fraction} both name a held-out "
-                "set; set one of them (test_fraction=0 to evaluate on test_path)"
+                "set; set one of them (unset test_fraction to evaluate on test_path)"
             )
         if self.source == "arithmetic":
             if self.verifier not in (None, "arithmetic"):
@@ -260,6 +269,16 @@ class TaskConfig:
             )
         if not self.fields.prompt or not self.fields.answer:
             raise ValueError("task.fields.prompt and task.fields.answer must name columns")
+
+    @property
+    def held_out_fraction(self) -> float:
+        """The share of `path` held out for evaluation: `test_fraction`, its None resolved (the
+        default share without a `test_path`, none with one or for a generated task)."""
+        if self.test_fraction is not None:
+            return self.test_fraction
+        if self.source in FILE_SOURCES and not self.test_path:
+            return DEFAULT_TEST_FRACTION
+        return 0.0
 
     @property
     def verifier_name(self) -> str:

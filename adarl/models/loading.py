@@ -379,20 +379,37 @@ def policy_tokenizer(config: AdarlConfig) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def check_policy_lengths(
-    config: AdarlConfig,
-    tokenizer: PreTrainedTokenizerBase,
-    train: Sequence[TaskExample],
-    test: Sequence[TaskExample],
-) -> None:
-    """Refuse a task whose responses (the answer, or the reference solution the tiny model is
-    taught with `sft_response=worked`) need more tokens than the run generates, or whose prompts
-    leave no room for them, naming the longest of each and the keys that fix it."""
-    tiny = config.model.name_or_path == TINY_ARITHMETIC
-    worked = tiny and config.model.tiny.sft_response in ("worked", "steps")
-    examples = [*train, *test]
+@dataclass(frozen=True)
+class TaskLengths:
+    """What a task asks of a policy's lengths, in its tokenizer's tokens."""
+
+    response: int  # the longest response it is taught to write (answer or solution), with <eos>
+    prompt: int  # the longest prompt as the model sees it (<bos>, instruction suffix)
+    longest_response: TaskExample  # the example that response belongs to
+    # The response is the reference solution (model.tiny.sft_response=worked or steps).
+    worked: bool
+
+    @property
+    def shown(self) -> str:
+        """The longest response's text, as the messages quote it."""
+        example = self.longest_response
+        return (example.reference_solution or "") if self.worked else example.answer
+
+    def context(self, max_new_tokens: int) -> int:
+        """Positions a rollout of the longest prompt needs with `max_new_tokens` of response."""
+        return self.prompt + max(self.response, max_new_tokens)
+
+
+def task_lengths(
+    config: AdarlConfig, tokenizer: PreTrainedTokenizerBase, examples: Sequence[TaskExample]
+) -> TaskLengths | None:
+    """The longest response and prompt of `examples` under `tokenizer` (None without examples)."""
     if not examples:
-        return
+        return None
+    worked = config.model.name_or_path == TINY_ARITHMETIC and config.model.tiny.sft_response in (
+        "worked",
+        "steps",
+    )
     eos = 1 if tokenizer.eos_token_id is not None else 0
     bos = 1 if tokenizer.bos_token_id is not None else 0
     suffix = config.task.instruction_suffix
@@ -402,10 +419,31 @@ def check_policy_lengths(
         return len(tokenizer.encode(text, add_special_tokens=False)) + eos
 
     longest_response = max(examples, key=response_tokens)
-    response = response_tokens(longest_response)
     prompt = bos + max(
         len(tokenizer.encode(e.prompt + suffix, add_special_tokens=False)) for e in examples
     )
+    return TaskLengths(
+        response=response_tokens(longest_response),
+        prompt=prompt,
+        longest_response=longest_response,
+        worked=worked,
+    )
+
+
+def check_policy_lengths(
+    config: AdarlConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    train: Sequence[TaskExample],
+    test: Sequence[TaskExample],
+) -> None:
+    """Refuse a task whose responses (the answer, or the reference solution the tiny model is
+    taught with `sft_response=worked`) need more tokens than the run generates, or whose prompts
+    leave no room for them, naming the longest of each and the keys that fix it."""
+    lengths = task_lengths(config, tokenizer, [*train, *test])
+    if lengths is None:
+        return
+    tiny = config.model.name_or_path == TINY_ARITHMETIC
+    response = lengths.response
     rollout, evaluation = config.rollout, config.eval
     positions = config.model.tiny.max_position_embeddings if tiny else None
     context = rollout.max_model_len or positions
@@ -419,15 +457,14 @@ def check_policy_lengths(
         if tokens < response
     ]
     if short:
-        shown = longest_response.reference_solution if worked else longest_response.answer
-        what = "reference solution" if worked else "answer"
+        what = "reference solution" if lengths.worked else "answer"
         problems.append(
-            f"its longest {what} is {response} tokens with <eos> ({longest_response.prompt_id!r}: "
-            f"{shown!r}) but {' and '.join(short)}"
+            f"its longest {what} is {response} tokens with <eos> "
+            f"({lengths.longest_response.prompt_id!r}: {lengths.shown!r}) but {' and '.join(short)}"
         )
         fixes += [f"{item.split('=')[0]}={response}" for item in short]
     # The prompt must leave room for a whole response (rollout.max_new_tokens, after the fix).
-    needed = prompt + max(response, rollout.max_new_tokens)
+    needed = lengths.context(rollout.max_new_tokens)
     if context is not None and needed > context:
         limit = (
             f"rollout.max_model_len={rollout.max_model_len}"
@@ -435,8 +472,8 @@ def check_policy_lengths(
             else f"the model's max positions ({context})"
         )
         problems.append(
-            f"its longest prompt is {prompt} tokens as the model sees it, and with "
-            f"{needed - prompt} response tokens needs {needed} positions but {limit}"
+            f"its longest prompt is {lengths.prompt} tokens as the model sees it, and with "
+            f"{needed - lengths.prompt} response tokens needs {needed} positions but {limit}"
         )
         fixes.append(f"rollout.max_model_len={needed}")
         if positions is not None and needed > positions:

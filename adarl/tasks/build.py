@@ -3,7 +3,8 @@
 File sources are vetted by the task's verifier while loading (`check_gold`, adarl/reward/base.py):
 pass the run's verifier as `verifier=`; without one, the registered verifier `task.verifier` with
 default reward settings checks the answers. The held-out set of a file task is `task.test_path`,
-or `task.test_fraction` of `task.path` (`held_out_prompt_ids`), or none (an empty list).
+or `task.test_fraction` of `task.path` (`held_out_prompt_ids`; a tenth when it is unset), or none
+(`task.test_fraction=0`: an empty list).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 
 from adarl.config.seeds import seed_or_default
 from adarl.config.tasks import ArithmeticConfig, TaskConfig
@@ -54,8 +56,19 @@ def _default_verifier(name: str) -> Verifier:
 
 
 def _load(
-    config: TaskConfig, path: str, verifier: Verifier | None, check_prompt: PromptCheck | None
+    config: TaskConfig,
+    path: str,
+    verifier: Verifier | None,
+    check_prompt: PromptCheck | None,
+    *,
+    key: str = "task.path",
 ) -> LoadedExamples:
+    if not Path(path).exists():
+        raise FileNotFoundError(
+            f"{key}={path}: no such file or directory; set {key} to a .jsonl or .parquet file or "
+            "a directory written by datasets' save_to_disk (a relative path is read from the "
+            f"directory the run was started in, {Path.cwd()})"
+        )
     checker = verifier if verifier is not None else _default_verifier(config.verifier_name)
     return load_examples(
         path,
@@ -137,7 +150,10 @@ def _file_split(
     assert config.path is not None  # validate() checked it
     loaded = _load(config, config.path, verifier, check_prompt)
     held = held_out_prompt_ids(
-        loaded.examples, fraction=config.test_fraction, seed=config.split_seed, source=config.path
+        loaded.examples,
+        fraction=config.held_out_fraction,
+        seed=config.split_seed,
+        source=config.path,
     )
     return loaded, held
 
@@ -216,8 +232,10 @@ def build_test_examples(
         _, test = _reasoning_gym_splits(config, verifier)
         return _check_generated(test, check_prompt, "reasoning-gym test")
     if config.test_path is not None:
-        return _load(config, config.test_path, verifier, check_prompt).examples
-    if config.test_fraction <= 0:
+        return _load(
+            config, config.test_path, verifier, check_prompt, key="task.test_path"
+        ).examples
+    if config.held_out_fraction <= 0:
         return []
     loaded, held = _file_split(config, verifier, check_prompt)
     return [e for e in loaded.examples if e.prompt_id in held]

@@ -118,7 +118,13 @@ def test_a_task_without_a_held_out_set_is_refused_before_any_engine(
     )
     err = _refused(
         evaluate_main,
-        ["adarl/tiny-arithmetic", "task=jsonl", f"task.path={rows}", "task.verifier=exact_match"],
+        [
+            "adarl/tiny-arithmetic",
+            "task=jsonl",
+            f"task.path={rows}",
+            "task.verifier=exact_match",
+            "task.test_fraction=0",
+        ],
         capsys,
     )
     assert "has no held-out set to evaluate on: set task.test_path" in err
@@ -146,7 +152,7 @@ def test_overrides_compose_over_the_runs_config_as_on_the_launch_command_line(
     assert (config.task.source, config.task.path, config.task.verifier) == (
         "jsonl",
         "/data/train.jsonl",
-        "math",  # the task preset's value, over the run's
+        "exact_match",  # task.verifier unset follows the policy: the tiny one writes bare answers
     )
     assert config.rollout.engine == "hf" and config.eval.num_prompts == 4
     assert config.eval.seed == run_config.eval.seed  # the run's evaluation seeds stay

@@ -158,25 +158,62 @@ def test_closed_logger_refuses_to_log(tmp_path: Path) -> None:
 # console
 
 
-def test_console_line_shows_key_metrics_and_eval_every_n_steps(tmp_path: Path) -> None:
+def test_console_line_shows_the_progress_keys_an_evaluation_among_them(tmp_path: Path) -> None:
+    """Issue 48.6: an evaluation step shows its progress keys (pass@1 under its console name),
+    not every eval/* number it logged (152 of them, ~5,700 characters, on the default task)."""
     console = io.StringIO()
     with quiet_logger(
         tmp_path,
         console=console,
         total_steps=4,
         log_every_steps=2,
-        progress_keys=["train/loss", "signal/mixed_group_frac"],
+        progress_keys=["train/loss", "signal/mixed_group_frac", "eval/accuracy", "eval/pass@8"],
     ) as logger:
         for step in range(1, 5):
             metrics = {"train/loss": 1.0 / step, "signal/mixed_group_frac": 0.5, "perf/x": 7.0}
             if step == 4:
                 metrics["eval/accuracy"] = 0.8125
+                metrics["eval/pass@8"] = 0.9375
+                metrics["eval/pass@8_by_difficulty/3"] = 0.5
+                metrics["eval/guess_pass@8"] = 0.25
             logger.log(step, metrics)
     assert console.getvalue().splitlines()[1:] == [
         "step 2/4 | train/loss 0.5 | signal/mixed_group_frac 0.5",
-        "step 4/4 | train/loss 0.25 | signal/mixed_group_frac 0.5 | eval/accuracy 0.8125",
+        "step 4/4 | train/loss 0.25 | signal/mixed_group_frac 0.5 | eval/pass@1 0.8125 | "
+        "eval/pass@8 0.9375",
     ]
     assert console.getvalue().splitlines()[0] == "W&B: disabled (logger.mode=disabled)"
+
+
+def test_the_default_progress_keys_name_pass_at_1_pass_at_8_and_greedy() -> None:
+    from omegaconf import OmegaConf
+
+    from adarl.launch import CONFIG_DIR
+
+    keys = OmegaConf.load(Path(CONFIG_DIR) / "logger" / "default.yaml").progress_keys
+    assert [k for k in keys if k.startswith("eval/")] == [
+        "eval/accuracy",
+        "eval/pass@8",
+        "eval/greedy_accuracy",
+    ]
+
+
+def test_the_bar_total_follows_the_expected_last_step(tmp_path: Path) -> None:
+    """A budget that ends the run before trainer.total_steps: the bar and the step lines count
+    to where the run will stop (`expect_steps`), not to total_steps."""
+    console = io.StringIO()
+    with quiet_logger(
+        tmp_path, console=console, progress_bar=True, total_steps=1000, progress_keys=["train/loss"]
+    ) as logger:
+        logger.expect_steps(704)
+        logger.log(1, {"train/loss": 0.5})
+        assert logger._bar.total == 704
+        logger.expect_steps(700)
+        logger.log(2, {"train/loss": 0.5})
+    output = console.getvalue()
+    assert "step 1/704 | train/loss 0.5" in output and "step 2/700" in output
+    assert "2/700" in output.rsplit("step 2/700", 1)[1]  # the bar, redrawn with the new total
+    assert "/1000" not in output.split("step 1/704")[1]
 
 
 def test_console_line_without_key_metrics_shows_every_scalar(tmp_path: Path) -> None:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from adarl.config.tasks import ArithmeticConfig, ArithmeticLevelConfig, FieldsConfig, TaskConfig
+from adarl.config.tasks import (
+    DEFAULT_TEST_FRACTION,
+    ArithmeticConfig,
+    ArithmeticLevelConfig,
+    FieldsConfig,
+    TaskConfig,
+)
 from adarl.tasks.arithmetic import arithmetic_test_split, generate_examples
 from adarl.tasks.build import build_prompt_source, build_test_examples
 from adarl.tasks.files import BadRowError
@@ -103,7 +109,11 @@ def test_a_math_answer_math_verify_cannot_parse_is_a_bad_row(tmp_path: Path) -> 
     path = tmp_path / "math.jsonl"
     path.write_text(math_rows(["\\frac{1}{2}", "$$", "42", "\\text{}", "\\boxed{}"]))
     config = TaskConfig(
-        source="jsonl", verifier="math", path=str(path), fields=FieldsConfig(prompt="q", answer="a")
+        source="jsonl",
+        verifier="math",
+        path=str(path),
+        fields=FieldsConfig(prompt="q", answer="a"),
+        test_fraction=0.0,  # every usable row trains
     )
     with pytest.raises(BadRowError) as error:
         build_prompt_source(config)
@@ -146,6 +156,7 @@ def test_code_tests_that_are_not_a_test_spec_are_bad_rows(tmp_path: Path) -> Non
         path=str(path),
         fields=FieldsConfig(prompt="q", answer="a"),
         on_bad_row="skip",
+        test_fraction=0.0,  # every usable row trains
     )
     source = build_prompt_source(config)
     assert [e.answer for e in source.examples] == [good]
@@ -217,6 +228,22 @@ def test_no_held_out_set_is_an_empty_list_and_too_large_a_fraction_is_refused(
     assert len(build_prompt_source(fraction_config(path, 0.0))) == 3
     with pytest.raises(ValueError, match=r"task\.test_fraction=0\.9 holds out all 3"):
         build_prompt_source(fraction_config(path, 0.9))
+
+
+def test_a_file_without_a_test_file_holds_out_a_tenth_by_default(tmp_path: Path) -> None:
+    """Issue 48.1: a file task names its held-out set without being asked (before, a run on 400
+    rows reported "held-out accuracy: n/a" after 450 epochs of them)."""
+    path = write_sums(tmp_path / "sums.jsonl", 200)
+    unset = fraction_config(path, None)  # type: ignore[arg-type]
+    assert unset.held_out_fraction == DEFAULT_TEST_FRACTION == 0.1
+    assert len(build_test_examples(unset)) == 20 and len(build_prompt_source(unset)) == 180
+    # The same split as asking for it, and none with a test file or test_fraction=0.
+    held = {e.prompt_id for e in build_test_examples(fraction_config(path, 0.1))}
+    assert {e.prompt_id for e in build_test_examples(unset)} == held
+    with_file = fraction_config(path, None, test_path=str(path))  # type: ignore[arg-type]
+    assert with_file.held_out_fraction == 0.0 and len(build_prompt_source(with_file)) == 200
+    assert build_test_examples(fraction_config(path, 0.0)) == []
+    assert TaskConfig().held_out_fraction == 0.0  # the arithmetic task has its own split
 
 
 @pytest.mark.parametrize(
