@@ -42,6 +42,7 @@ FIGURES = {
     "time": "time.png",
 }
 REPORT_DIR = "report"  # inside a run directory, for a report of that run alone
+RUNS_SHOWN = 5  # run directories a wrong path's message names (the last, by name: by time)
 
 
 @dataclass
@@ -61,14 +62,19 @@ def load_run_dir(run_dir: Path) -> LoadedRun:
 
     metrics = run_dir / METRICS_FILE
     if not metrics.is_file():
+        what = "does not exist" if not run_dir.exists() else f"has no {METRICS_FILE}"
+        inside = sorted(str(p.parent) for p in run_dir.glob(f"*/{METRICS_FILE}"))
+        if run_dir.is_dir() and not inside:
+            inside = sorted(str(p.parent) for p in run_dir.glob(f"*/*/{METRICS_FILE}"))
+        hint = f"; the runs inside it: {' '.join(inside[-RUNS_SHOWN:])}" if inside else ""
         raise ValueError(
-            f"{run_dir} has no {METRICS_FILE}: give the directory of a run (runs/<name>/<time>/, "
-            "or the hydra.run.dir a run was started with)"
+            f"{run_dir} {what}: give the directory of a run (runs/<name>/<time>/, or the "
+            f"hydra.run.dir a run was started with){hint}"
         )
     rows = read_metrics_jsonl(metrics)
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    name = summary["name"] if summary else _config_name(run_dir)
+    name = (summary or {}).get("name") or _config_name(run_dir)
     record = record_from_rows(rows, arm=name, experiment=name, seed=0, require_evaluations=False)
     return LoadedRun(run_dir=run_dir, name=name, rows=rows, record=record, summary=summary)
 
@@ -221,10 +227,12 @@ def _plot_reward(rows_by_run: Mapping[str, Sequence[Mapping[str, Any]]], path: P
     plt = pyplot()
     colors = arm_colors(list(rows_by_run))
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    drawn = False
     for arm, rows in rows_by_run.items():
         steps = [row for row in rows if int(row["step"]) > 0 and "signal/reward_mean" in row]
         if not steps:
             continue
+        drawn = True
         window = max(1, min(9, len(steps) // 10))
         left.plot(
             *moving_average([float(r["signal/reward_mean"]) for r in steps], window=window),
@@ -246,13 +254,18 @@ def _plot_reward(rows_by_run: Mapping[str, Sequence[Mapping[str, Any]]], path: P
     left.set_ylabel("mean reward of the step's training rollouts")
     left.set_title("Training reward (moving average)")
     left.grid(alpha=0.3)
-    left.legend(fontsize=8)
     right.set_xlabel("training step")
     right.set_ylabel("share of the step's prompts")
     right.set_title("No-signal prompts: all wrong (p̃ = 0, solid), all right (p̃ = 1, dashed)")
     right.set_ylim(0.0, 1.0)
     right.grid(alpha=0.3)
-    right.legend(fontsize=7)
+    if drawn:
+        left.legend(fontsize=8)
+        right.legend(fontsize=7)
+    else:  # a run from before signal/reward_mean was logged, or one with no training step
+        left.text(
+            0.5, 0.5, "no step logged signal/reward_mean", ha="center", transform=left.transAxes
+        )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
