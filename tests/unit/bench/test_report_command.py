@@ -1,6 +1,7 @@
 """`python -m adarl.report` on run directories written by the real `MetricsLogger` (the
-report reads the run record the bench reads): its table over steps, its figures, several runs
-overlaid, and the one-line refusal of a path that is not a run."""
+report reads the run record the bench reads): its table over steps, runs told apart, and the
+one-line refusal of a path that is not a run. Its figures are drawn on a real run in
+tests/e2e/test_front_door.py (matplotlib would add seconds here)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from adarl.report.command import FIGURES, main
+from adarl.report.command import describe, labels, load_run_dir, main
 
 from ._runs import write_run
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _finished_run(run_dir: Path, *, name: str, final: float) -> Path:
@@ -35,36 +34,30 @@ def _finished_run(run_dir: Path, *, name: str, final: float) -> Path:
     return run_dir
 
 
-def test_one_run_prints_its_evaluations_over_steps_and_writes_its_figures(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_one_run_prints_its_evaluations_over_steps_and_its_outcome(tmp_path: Path) -> None:
     run = _finished_run(tmp_path / "run", name="grpo_anchored", final=0.45)
-    assert main([str(run)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    (loaded,) = [load_run_dir(run)]
+    lines = describe(loaded, *labels([loaded])).splitlines()
     assert lines[0] == f"grpo_anchored: {run}"
     assert lines[1].split() == ["step", "rollouts", "pass@1", "greedy", "constant"]
     rows = [line.split() for line in lines[2:5]]
     assert rows == [["0", "0", "20.0%", "30.0%"], ["2", "64", "30.0%", "40.0%"],
                     ["4", "128", "45.0%", "55.0%"]]  # fmt: skip
     assert "  4 steps, 128 training rollouts, 21 s; stopped by budget" in lines
-    for name, file in FIGURES.items():
-        assert (run / "report" / file).read_bytes()[:8] == PNG_MAGIC, name
+    # A run still going (no summary.json yet) is read too, named by its config.yaml.
+    going = tmp_path / "going"
+    write_run(going, rollouts_per_step=32, accuracy_at_step={0: 0.2}, steps=3, finished=False)
+    (going / "config.yaml").write_text("name: maxrl_anchored\nseed: 0\n")
+    text = describe(load_run_dir(going), "maxrl_anchored")
+    assert text.endswith("still running (no summary.json): 3 steps logged")
 
 
-def test_several_runs_are_told_apart_and_overlaid(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_runs_of_the_same_name_are_told_apart_by_their_directory(tmp_path: Path) -> None:
     a = _finished_run(tmp_path / "a", name="grpo_anchored", final=0.45)
     b = _finished_run(tmp_path / "b", name="grpo_anchored", final=0.35)
     c = _finished_run(tmp_path / "c", name="maxrl_anchored", final=0.40)
-    out = tmp_path / "report"
-    assert main([str(a), str(b), str(c), "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    # The same name twice: each run labelled with its directory; a unique name stands alone.
-    assert f"grpo_anchored ({a}): {a}\n" in text and f"grpo_anchored ({b}): {b}\n" in text
-    assert f"maxrl_anchored: {c}\n" in text
-    assert sorted(p.name for p in out.iterdir()) == sorted(FIGURES.values())
-    assert not (a / "report").exists()  # several runs: the figures go to --out only
+    runs = [load_run_dir(d) for d in (a, b, c)]
+    assert labels(runs) == [f"grpo_anchored ({a})", f"grpo_anchored ({b})", "maxrl_anchored"]
 
 
 def test_a_path_that_is_not_a_run_is_one_line_naming_the_runs_inside_it(
