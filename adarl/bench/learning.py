@@ -6,8 +6,8 @@ prompt order, sampling and learner randomness, not the base model or the held-ou
 run is a subprocess of the real launch command (`python -m adarl.launch +experiment=...`: Ray,
 vLLM, DeepSpeed), one at a time, in `RESULTS/<arm>/seed<k>`; its output goes to
 `bench_console.log` there (the launcher's own transcript is `console.log`, Hydra's log records
-`launch.log`). A tqdm bar counts the
-comparison's rollouts, read from the runs' `metrics.jsonl` as they grow.
+`launch.log`). A tqdm bar counts the comparison's rollouts, read from the runs' `metrics.jsonl`
+as they grow.
 
 Resumable: a run with `summary.json` is done and skipped; a run with a checkpoint continues from
 it (`checkpoint.resume=auto`); a run that died before its first checkpoint starts over (its files
