@@ -33,6 +33,7 @@ on GPUs) are logged as warnings.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -99,8 +100,16 @@ def check_real_model(config: AdarlConfig) -> None:
     """Refuse `real_model_problems`; warn about settings that work on GPUs but waste them."""
     problems = real_model_problems(config)
     if problems:
+        name = config.model.name_or_path
+        # A local path that is not there is the first thing to fix (a hub name has no prefix).
+        if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+            problems.insert(
+                0,
+                f"model.name_or_path={name} does not exist on this machine: set it to a Hugging "
+                "Face model directory (config.json, the weights and the tokenizer files)",
+            )
         raise ValueError(
-            f"model.name_or_path={config.model.name_or_path!r} is not a built-in model, but the "
+            f"model.name_or_path={name!r} is not a built-in model, but the "
             "config keeps the tiny model's defaults:\n  - "
             + "\n  - ".join(problems)
             + "\n(the experiment=qwen2_5_math_1_5b_* presets set all of these; "

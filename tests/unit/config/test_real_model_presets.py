@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -203,3 +204,15 @@ def test_system_prompt_needs_the_chat_template() -> None:
 def test_eval_length_must_leave_room_for_a_prompt() -> None:
     with pytest.raises(ValueError, match=re.escape("lower eval.max_new_tokens or raise")):
         _compose("+experiment=qwen2_5_math_1_5b_grpo", "eval.max_new_tokens=3072")
+
+
+def test_a_local_model_path_that_does_not_exist_is_named_first(tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_model"
+    with pytest.raises(ValueError, match="tiny model's defaults") as info:
+        _compose(f"model.name_or_path={missing}")
+    first = str(info.value).split("\n  - ")[1]
+    assert first.startswith(f"model.name_or_path={missing} does not exist on this machine")
+    # A hub name is not a path: nothing said about it (the launcher's load names it if absent).
+    with pytest.raises(ValueError) as info:
+        _compose("model.name_or_path=Qwen/Qwen2.5-Math-1.5B")
+    assert "does not exist" not in str(info.value)
