@@ -26,6 +26,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from adarl.config.model import MID_MATH, MID_MATH_MAX_POSITIONS
 from adarl.models.bpe import build_bpe_tokenizer
+from adarl.models.tiny import save_quietly
 
 BUILD_FORMAT_VERSION = 1
 BUILD_INFO_FILE = "adarl_build.json"
@@ -87,8 +88,7 @@ def build_mid_model_dir(cache_root: Path) -> Path:
     tmp = models_dir / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         model = build_mid_qwen2(tokenizer)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_quietly(model, tokenizer, tmp)
         info = {
             "name": MID_MATH,
             "fingerprint": key,

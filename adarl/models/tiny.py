@@ -106,6 +106,23 @@ def build_tiny_qwen2(
     return model.to(torch.float32)
 
 
+def save_quietly(
+    model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerBase, directory: Path
+) -> None:
+    """`save_pretrained` of both without transformers' "Writing model shards" bar: a model built
+    on the spot is written on the driver, whose console holds adarl's own lines."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 def encode_sft_pairs(
     tokenizer: PreTrainedTokenizerBase, pairs: Sequence[tuple[str, str]]
 ) -> list[tuple[list[int], list[int]]]:
@@ -426,8 +443,7 @@ def _build(
                 )
         finally:
             torch.set_num_threads(previous_threads)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        save_quietly(model, tokenizer, tmp)
         info = {
             "name": name,
             "fingerprint": key,

@@ -286,3 +286,15 @@ def test_the_builtin_learns_the_hint_formats(tmp_path: Path) -> None:
     # MICRO has 64 positions: short hint-mode rows fit, the longest do not.
     assert hints["hint_mode"]["examples"] > 0
     assert hints["hint_mode"]["too_long"] > 0
+
+
+def test_a_model_built_on_the_spot_is_written_without_a_library_progress_bar(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from transformers.utils import logging as hf_logging
+
+    tokenizer = build_char_tokenizer()
+    tiny.save_quietly(tiny.build_tiny_qwen2(MICRO, tokenizer), tokenizer, tmp_path / "m")
+    assert "Writing model shards" not in capfd.readouterr().err  # transformers' tqdm bar
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    assert hf_logging.is_progress_bar_enabled()  # restored for everything else
