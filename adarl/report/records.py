@@ -9,6 +9,9 @@ Definitions:
   the guesser's beside it, overall and by level (adarl/evaluation names them); step 0 is the
   base evaluation, and the base and the final one draw `eval.final_samples_per_prompt` samples
   with the same seeds;
+* an evaluation prompt by prompt (`PromptCounts`): the base and final evaluations' rows of
+  `RUN_DIR/evaluations.jsonl` (adarl/evaluation/records.py), read by the bench's `load_run`, so
+  that two runs on the same prompts compare prompt by prompt (adarl/bench/paired_report.py);
 * curves over seeds: each seed's curve linearly interpolated onto a common grid from 0 to the
   smallest final x over the seeds (never extrapolated); mean ± spread, the spread being the
   sample standard deviation (n − 1) over seeds (0 for one seed).
