@@ -234,6 +234,12 @@ RESOLVED_BEFORE_THE_SPLIT = {
         dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=4),
         (10, 1.0, 3.0),
     ),
+    # RAFT-positives on the anchored update, added after the split: raft_log's draws and group.
+    "raft_anchored": (
+        "UniformSampler",
+        dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=4),
+        (10, 1.0, 10.0),
+    ),
     "raft_log": (
         "UniformSampler",
         dict(max_samples_per_step=None, rollouts_per_step=None, samples_per_prompt=4),
