@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import pytest
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast, Qwen2Config
 
 from adarl.config.rollout import RolloutConfig
 from adarl.models.tokenizer import build_char_tokenizer
@@ -178,6 +178,7 @@ def test_engine_errors_propagate_with_the_engine_named(tokenizer: PreTrainedToke
 
 def test_build_rollout_pool_in_process(tokenizer: PreTrainedTokenizerFast, tmp_path) -> None:
     tokenizer.save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=len(tokenizer)).save_pretrained(tmp_path)  # a model directory's config
     config = RolloutConfig(engine="fake", max_samples_per_call=4)
     with build_rollout_pool(
         config, model_path=str(tmp_path), num_engines=2, in_process=True, fake_script=SCRIPT
